@@ -1,0 +1,216 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Sentinel errors of the ledger. Callers match them with errors.Is.
+var (
+	// ErrAlreadyDone: the job's completion is recorded; do not run it.
+	ErrAlreadyDone = errors.New("job already done")
+	// ErrClaimed: a live claim by another worker holds the job.
+	ErrClaimed = errors.New("job claimed by another worker")
+	// ErrClaimLost: the claim was taken over (its lease expired) or the
+	// record vanished; the holder must not record an outcome.
+	ErrClaimLost = errors.New("claim lost")
+	// ErrNotFound: no record for the job ID (pending, unknown or expired).
+	ErrNotFound = errors.New("no ledger record")
+)
+
+// Ledger records each job's state in the processed bucket, keyed by Key(ID).
+// Every write after the claim is a compare-and-set on the claim's revision,
+// so at most one worker holds a job and a worker that lost its claim cannot
+// overwrite its successor. It is safe for concurrent use.
+type Ledger struct {
+	kv    jetstream.KeyValue
+	lease time.Duration
+}
+
+// NewLedger returns a Ledger over kv whose claims last lease unless renewed.
+func NewLedger(kv jetstream.KeyValue, lease time.Duration) *Ledger {
+	return &Ledger{kv: kv, lease: lease}
+}
+
+// Claim is a worker's hold on one job: valid while Revision is the record's
+// latest revision.
+type Claim struct {
+	Key      string
+	Revision uint64
+	Record   Record
+	// Replaced is set when the claim overwrote a record that could not be
+	// read; the caller should log it.
+	Replaced error
+}
+
+// Claim records that worker runs job now. It returns ErrAlreadyDone if the
+// job's completion is recorded and ErrClaimed if another live claim holds it;
+// with either, the returned Claim's Record is the existing record. A claim
+// that takes over an expired one, or follows an attempt that was cut off,
+// sets Record.Resumed and job.Resumed.
+func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, error) {
+	now := time.Now().UTC()
+	c := Claim{Key: Key(job.ID)}
+	rec := Record{
+		ID: job.ID, State: StateRunning, Subject: job.Subject, Seq: job.Seq,
+		Attempts: 1, Worker: worker, LeaseUntil: now.Add(l.lease), FirstAt: now, StartedAt: now,
+	}
+	rev, err := l.kv.Create(ctx, c.Key, rec.encode())
+	if err == nil {
+		c.Revision, c.Record = rev, rec
+		return c, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return c, fmt.Errorf("claim job %s: %w", job.ID, err)
+	}
+	for range 8 {
+		entry, err := l.kv.Get(ctx, c.Key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			// Deleted or expired since Create: try to create it again.
+			if rev, err := l.kv.Create(ctx, c.Key, rec.encode()); err == nil {
+				c.Revision, c.Record = rev, rec
+				return c, nil
+			}
+			continue
+		}
+		if err != nil {
+			return c, fmt.Errorf("claim job %s: read record: %w", job.ID, err)
+		}
+		prev, derr := decodeRecord(entry.Value())
+		next := rec
+		switch {
+		case derr != nil:
+			c.Replaced = derr
+			next.Resumed = true
+		case prev.State == StateDone:
+			c.Record = prev
+			return c, ErrAlreadyDone
+		case prev.State == StateRunning && now.Before(prev.LeaseUntil):
+			c.Record = prev
+			return c, ErrClaimed
+		default:
+			// An expired claim, a failed attempt, a cut-off attempt or a
+			// dead-lettered job being run again.
+			next.Attempts = prev.Attempts + 1
+			next.Resumed = prev.State == StateRunning || prev.State == StateRetrying && prev.LastError == CauseCutOff
+			if !prev.FirstAt.IsZero() {
+				next.FirstAt = prev.FirstAt
+			}
+			next.LastError = prev.LastError
+		}
+		rev, err := l.kv.Update(ctx, c.Key, next.encode(), entry.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // another worker moved first: look again
+		}
+		if err != nil {
+			return c, fmt.Errorf("claim job %s: %w", job.ID, err)
+		}
+		c.Revision, c.Record = rev, next
+		job.Resumed = next.Resumed
+		return c, nil
+	}
+	return c, fmt.Errorf("claim job %s: record keeps changing: %w", job.ID, ErrClaimed)
+}
+
+// CauseCutOff is the last error recorded for an attempt that shutdown cut
+// off; the next attempt counts as resumed.
+const CauseCutOff = "attempt cut off by shutdown"
+
+// Renew extends c's lease from now.
+func (l *Ledger) Renew(ctx context.Context, c *Claim) error {
+	next := c.Record
+	next.LeaseUntil = time.Now().UTC().Add(l.lease)
+	return l.update(ctx, c, next)
+}
+
+// Done records the job's completion. It is final while the record lives.
+func (l *Ledger) Done(ctx context.Context, c *Claim, took time.Duration) error {
+	return l.finish(ctx, c, StateDone, took, "")
+}
+
+// Retry records a failed attempt that will be retried.
+func (l *Ledger) Retry(ctx context.Context, c *Claim, took time.Duration, cause string) error {
+	return l.finish(ctx, c, StateRetrying, took, cause)
+}
+
+// Fail records that the job was dead-lettered with its last error.
+func (l *Ledger) Fail(ctx context.Context, c *Claim, took time.Duration, cause string) error {
+	return l.finish(ctx, c, StateFailed, took, cause)
+}
+
+func (l *Ledger) finish(ctx context.Context, c *Claim, s State, took time.Duration, cause string) error {
+	next := c.Record
+	next.State, next.Took, next.LastError = s, took, cause
+	next.FinishedAt = time.Now().UTC()
+	next.LeaseUntil = time.Time{}
+	return l.update(ctx, c, next)
+}
+
+func (l *Ledger) update(ctx context.Context, c *Claim, next Record) error {
+	rev, err := l.kv.Update(ctx, c.Key, next.encode(), c.Revision)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("record job %s %s: %w: %w", next.ID, next.State, ErrClaimLost, err)
+	}
+	if err != nil {
+		return fmt.Errorf("record job %s %s: %w", next.ID, next.State, err)
+	}
+	c.Revision, c.Record = rev, next
+	return nil
+}
+
+// FailUnclaimed records a dead-lettered job that no worker holds, such as one
+// whose deliveries ran out while jobq was down. A done record is left alone.
+func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) error {
+	key := Key(job.ID)
+	now := time.Now().UTC()
+	for range 8 {
+		rec := Record{ID: job.ID, State: StateFailed, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: cause}
+		entry, err := l.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if _, err = l.kv.Create(ctx, key, rec.encode()); errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+		case err != nil:
+		default:
+			if prev, derr := decodeRecord(entry.Value()); derr == nil {
+				if prev.State == StateDone {
+					return nil
+				}
+				rec.Attempts, rec.Worker, rec.FirstAt, rec.Resumed = prev.Attempts, prev.Worker, prev.FirstAt, prev.Resumed
+				if cause == "" {
+					rec.LastError = prev.LastError
+				}
+			}
+			if _, err = l.kv.Update(ctx, key, rec.encode(), entry.Revision()); errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("record job %s failed: %w", job.ID, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("record job %s failed: record keeps changing", job.ID)
+}
+
+// Get returns job id's record, ErrNotFound if there is none, or an error
+// wrapping ErrCorruptRecord.
+func (l *Ledger) Get(ctx context.Context, id string) (Record, error) {
+	entry, err := l.kv.Get(ctx, Key(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("read job %s: %w", id, err)
+	}
+	rec, err := decodeRecord(entry.Value())
+	if err != nil {
+		return Record{}, fmt.Errorf("read job %s: %w", id, err)
+	}
+	return rec, nil
+}

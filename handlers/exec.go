@@ -1,0 +1,202 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jobq/jobq/data"
+)
+
+// Exit statuses an Exec command uses to say what became of a job, from
+// sysexits.h. Any non-zero status other than ExitPermanent is retried;
+// ExitRetry is the one to use on purpose.
+const (
+	// ExitPermanent (EX_DATAERR) fails the job for good: it is dead-lettered
+	// without further attempts.
+	ExitPermanent = 65
+	// ExitRetry (EX_TEMPFAIL) fails this attempt; the job is retried.
+	ExitRetry = 75
+)
+
+const (
+	// execKillDelay is how long a cancelled command's process group has
+	// between SIGTERM and SIGKILL.
+	execKillDelay = 5 * time.Second
+	// stderrTailSize bounds how much of a command's stderr is kept for its
+	// ExitError.
+	stderrTailSize = 4 << 10
+)
+
+// ExecOptions configures an Exec handler. The zero value runs the command in
+// the current directory with the process's environment and discards its
+// output, keeping the tail of stderr for errors.
+type ExecOptions struct {
+	// Env holds extra KEY=VALUE entries added to the process's environment.
+	// The JOBQ_* variables override entries of the same name.
+	Env []string
+	// Dir is the command's working directory. Defaults to the current one.
+	Dir string
+	// Stdout, if set, receives the command's stdout. Defaults to discarding it.
+	Stdout io.Writer
+	// Stderr, if set, also receives the command's stderr, which is always
+	// captured (its last 4 KiB) for the ExitError. Write errors are ignored.
+	Stderr io.Writer
+}
+
+// Exec returns a Handler that runs "sh -c command" for each job, with the
+// payload on stdin and the environment of the process plus opts.Env plus
+// JOBQ_JOB_ID, JOBQ_SUBJECT, JOBQ_ATTEMPT, JOBQ_SEQ and JOBQ_RESUMED ("1" or
+// "0").
+//
+// Exit status 0 means done. ExitPermanent returns a Permanent *ExitError; any
+// other status returns a retryable *ExitError. A command that cannot start
+// returns a retryable error. When ctx ends, the command's process group gets
+// SIGTERM, and SIGKILL 5 seconds later if it is still running; Process then
+// returns an error wrapping ctx.Err() and kills what is left of the group.
+func Exec(command string, opts ExecOptions) Handler {
+	opts.Env = slices.Clone(opts.Env)
+	return &execHandler{command: command, opts: opts}
+}
+
+type execHandler struct {
+	command string
+	opts    ExecOptions
+}
+
+// Process runs the command for job.
+func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
+	if job == nil {
+		return Permanent(errors.New("exec: nil job"))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("run command: %w", err)
+	}
+
+	cmd := exec.CommandContext(ctx, "sh", "-c", h.command)
+	cmd.Dir = h.opts.Dir
+	cmd.Env = h.env(job)
+	cmd.Stdin = bytes.NewReader(job.Payload)
+
+	var mu sync.Mutex // serializes writes to the caller's writers
+	tail := &tailBuffer{limit: stderrTailSize}
+	cmd.Stderr = &stderrWriter{tail: tail, user: h.opts.Stderr, mu: &mu}
+	switch w := h.opts.Stdout.(type) {
+	case nil:
+	case *os.File:
+		cmd.Stdout = w
+	default:
+		cmd.Stdout = &lockedWriter{w: w, mu: &mu}
+	}
+
+	g := killGroupOnCancel(cmd, execKillDelay)
+	// A backstop: the group gets SIGKILL at execKillDelay, after which Wait
+	// stops waiting for pipes that something outside the group still holds.
+	cmd.WaitDelay = execKillDelay + time.Second
+
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start command: %w", err)
+	}
+	err := cmd.Wait()
+	g.done()
+
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("run command: %w", ctxErr)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		xe := &ExitError{Code: exitCode(ee.ProcessState), Stderr: tail.String(), err: ee}
+		if xe.Code == ExitPermanent {
+			return Permanent(xe)
+		}
+		return xe
+	}
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
+		// The command succeeded; something it left behind held its output open.
+		return nil
+	}
+	return fmt.Errorf("run command: %w", err)
+}
+
+// env returns the command's environment for job.
+func (h *execHandler) env(job *data.Job) []string {
+	resumed := "0"
+	if job.Resumed {
+		resumed = "1"
+	}
+	env := os.Environ()
+	env = slices.Grow(env, len(h.opts.Env)+5)
+	env = append(env, h.opts.Env...)
+	return append(env,
+		"JOBQ_JOB_ID="+job.ID,
+		"JOBQ_SUBJECT="+job.Subject,
+		"JOBQ_ATTEMPT="+strconv.Itoa(job.Attempt),
+		"JOBQ_SEQ="+strconv.FormatUint(job.Seq, 10),
+		"JOBQ_RESUMED="+resumed,
+	)
+}
+
+// tailBuffer keeps the last limit bytes written to it.
+type tailBuffer struct {
+	buf   []byte
+	limit int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.limit {
+		t.buf = append(t.buf[:0], p[len(p)-t.limit:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.limit; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) String() string { return string(t.buf) }
+
+// stderrWriter keeps the tail of a command's stderr and copies it to the
+// caller's writer, if any, until that fails.
+type stderrWriter struct {
+	tail *tailBuffer
+	user io.Writer
+	mu   *sync.Mutex
+}
+
+func (w *stderrWriter) Write(p []byte) (int, error) {
+	_, _ = w.tail.Write(p)
+	if w.user != nil {
+		w.mu.Lock()
+		if _, err := w.user.Write(p); err != nil {
+			w.user = nil // keep the command running; its stderr tail still counts
+		}
+		w.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+// lockedWriter serializes writes to w with the other writers of a command,
+// so one writer may be given as both Stdout and Stderr.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}

@@ -1,0 +1,20 @@
+//go:build !unix
+
+package handlers
+
+import (
+	"os"
+	"os/exec"
+	"time"
+)
+
+// groupKiller is a no-op where process groups are not available: cancelling
+// kills only the command's own process, as exec.CommandContext does.
+type groupKiller struct{}
+
+func killGroupOnCancel(*exec.Cmd, time.Duration) *groupKiller { return &groupKiller{} }
+
+func (*groupKiller) done() {}
+
+// exitCode returns the exit status in ps.
+func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }

@@ -1,0 +1,82 @@
+//go:build unix
+
+package handlers
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// groupKiller signals a command's process group when its context ends.
+type groupKiller struct {
+	cmd *exec.Cmd
+
+	mu       sync.Mutex
+	canceled bool
+	finished bool
+	timer    *time.Timer
+}
+
+// killGroupOnCancel starts cmd in a process group of its own and sets its
+// Cancel to send SIGTERM to the whole group, then SIGKILL after delay. Call
+// done once Wait returns.
+func killGroupOnCancel(cmd *exec.Cmd, delay time.Duration) *groupKiller {
+	g := &groupKiller{cmd: cmd}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.finished {
+			return os.ErrProcessDone
+		}
+		g.canceled = true
+		g.timer = time.AfterFunc(delay, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if !g.finished {
+				_ = g.signal(syscall.SIGKILL)
+			}
+		})
+		return g.signal(syscall.SIGTERM)
+	}
+	return g
+}
+
+// done stops the kill timer. If the command was cancelled, it kills what is
+// left of its group, so nothing the job started outlives Process.
+func (g *groupKiller) done() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.finished = true
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	if g.canceled {
+		_ = g.signal(syscall.SIGKILL)
+	}
+}
+
+// signal sends sig to the command's process group. The caller holds g.mu.
+func (g *groupKiller) signal(sig syscall.Signal) error {
+	if g.cmd.Process == nil {
+		return os.ErrProcessDone
+	}
+	err := syscall.Kill(-g.cmd.Process.Pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return os.ErrProcessDone
+	}
+	return err
+}
+
+// exitCode returns the exit status in ps, or 128 plus the signal number when
+// a signal ended the process, as sh reports it.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

@@ -1,0 +1,207 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/jobq/jobq/data"
+)
+
+const (
+	// httpBodySnippet bounds how much of a failed response's body an error
+	// shows.
+	httpBodySnippet = 256
+	// httpDrainMax bounds how much of a response body is read to let its
+	// connection be reused.
+	httpDrainMax = 64 << 10
+	// httpMaxRedirects bounds the 307 and 308 redirects the default client
+	// follows.
+	httpMaxRedirects = 10
+)
+
+// defaultHTTPClient is the client HTTP uses when given none: no overall
+// timeout (the job's ctx bounds each request), and only 307 and 308
+// redirects followed, since those keep the method and the body.
+var defaultHTTPClient = &http.Client{
+	CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= httpMaxRedirects || req.Response == nil {
+			return http.ErrUseLastResponse
+		}
+		switch req.Response.StatusCode {
+		case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+			return nil
+		}
+		return http.ErrUseLastResponse
+	},
+}
+
+// HTTP returns a Handler that POSTs each job's payload to rawURL with client;
+// a nil client means one with no overall timeout that follows only 307 and
+// 308 redirects. The ctx bounds each request.
+//
+// The Content-Type is the job's "Content-Type" header, else
+// application/octet-stream. The headers X-Jobq-Job-Id, X-Jobq-Subject,
+// X-Jobq-Attempt, X-Jobq-Seq and X-Jobq-Resumed ("1" or "0") describe the job;
+// a job ID that is not a valid header value is sent percent-encoded.
+//
+// A 2xx status means done. A 4xx status other than 408 and 429 is a Permanent
+// error; any other status and any transport error or timeout is retryable.
+// Errors name the URL without its user info, query or fragment, and show the
+// status and the start of the response body. An invalid rawURL makes every
+// job fail permanently; ParseSpec checks it up front.
+func HTTP(rawURL string, client *http.Client) Handler {
+	if client == nil {
+		client = defaultHTTPClient
+	}
+	u, err := parseHookURL(rawURL)
+	if err != nil {
+		return &httpHandler{client: client, err: err}
+	}
+	return &httpHandler{url: u.String(), safeURL: redactURL(u), client: client}
+}
+
+type httpHandler struct {
+	url     string
+	safeURL string // url fit for errors and logs
+	client  *http.Client
+	err     error // why url is unusable
+}
+
+// Process POSTs job to the handler's URL.
+func (h *httpHandler) Process(ctx context.Context, job *data.Job) error {
+	if job == nil {
+		return Permanent(errors.New("http: nil job"))
+	}
+	if h.err != nil {
+		return Permanent(h.err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(job.Payload))
+	if err != nil {
+		return Permanent(fmt.Errorf("post %s: %w", h.safeURL, err))
+	}
+	ct := job.HeaderValue("Content-Type")
+	if ct == "" || !validHeaderValue(ct) {
+		ct = "application/octet-stream"
+	}
+	resumed := "0"
+	if job.Resumed {
+		resumed = "1"
+	}
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("X-Jobq-Job-Id", headerSafe(job.ID))
+	req.Header.Set("X-Jobq-Subject", headerSafe(job.Subject))
+	req.Header.Set("X-Jobq-Attempt", strconv.Itoa(job.Attempt))
+	req.Header.Set("X-Jobq-Seq", strconv.FormatUint(job.Seq, 10))
+	req.Header.Set("X-Jobq-Resumed", resumed)
+
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("post %s: %w", h.safeURL, ctxErr)
+		}
+		// A *url.Error repeats the URL, query and all; say it once, redacted.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("post %s: %w", h.safeURL, err)
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainMax))
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, httpBodySnippet+4))
+	msg := fmt.Sprintf("post %s: status %s", h.safeURL, statusText(resp))
+	if s := oneLine(truncate(snippet, httpBodySnippet)); s != "" {
+		msg += ": " + s
+	}
+	err = errors.New(msg)
+	if permanentStatus(resp.StatusCode) {
+		return Permanent(err)
+	}
+	return err
+}
+
+// permanentStatus reports whether a response with status code means the
+// request will never succeed: a 4xx other than 408 and 429.
+func permanentStatus(code int) bool {
+	return code >= 400 && code < 500 &&
+		code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
+}
+
+// statusText returns resp's status as "404 Not Found".
+func statusText(resp *http.Response) string {
+	if s := strings.TrimSpace(resp.Status); s != "" {
+		return oneLine(s)
+	}
+	return strconv.Itoa(resp.StatusCode)
+}
+
+// parseHookURL parses raw as an absolute http or https URL with a host. Its
+// errors never show the URL's user info or query.
+func parseHookURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("invalid URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("URL %s: scheme is %q, want http or https", redactURL(u), u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("URL %s has no host", redactURL(u))
+	}
+	return u, nil
+}
+
+// redactURL returns u without user info, query and fragment, where secrets
+// tend to live.
+func redactURL(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.RawQuery = ""
+	c.ForceQuery = false
+	c.Fragment = ""
+	c.RawFragment = ""
+	return c.String()
+}
+
+// headerSafe returns v, percent-encoded if net/http would reject it as a
+// header value.
+func headerSafe(v string) string {
+	if validHeaderValue(v) {
+		return v
+	}
+	return url.PathEscape(v)
+}
+
+// validHeaderValue reports whether net/http accepts v as a header value: no
+// control characters other than tab.
+func validHeaderValue(v string) bool {
+	for i := range len(v) {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// oneLine returns s trimmed, valid UTF-8, with runs of whitespace and control
+// characters replaced by one space.
+func oneLine(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool {
+		return r < 0x20 || r == 0x7f || r == ' '
+	}), " ")
+}

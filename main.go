@@ -1,0 +1,1070 @@
+// Command jobq is a job system in one executable: an embedded NATS JetStream
+// server, a work queue, exactly-once workers and the commands to drive them.
+// See README.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server"
+)
+
+// Set by make build through -ldflags.
+var (
+	version = "dev"
+	commit  = "none"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
+
+// usageError marks bad usage: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func badUsage(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// run runs jobq with args and returns its exit status. It never calls
+// os.Exit, so every defer runs.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := newApp(stdin, stdout, stderr)
+	err := app.Run(flagsFirst(app, args))
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "jobq: %s\n", oneLine(err.Error()))
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// flagsFirst moves a command's flags in front of its arguments, so that
+// `jobq job ID --json` works like `jobq job --json ID` (the flag package
+// stops at the first argument). Everything after "--" stays as it is.
+func flagsFirst(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	cmds, rest := app.Commands, args[1:]
+	var cmd *cli.Command
+	for len(rest) > 0 {
+		next := findCommand(cmds, rest[0])
+		if next == nil {
+			break
+		}
+		cmd, cmds = next, next.Subcommands
+		out, rest = append(out, rest[0]), rest[1:]
+	}
+	if cmd == nil {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	var flags, positional []string
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if a == "--" {
+			positional = append(positional, rest[i:]...)
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		v, known := takesValue[name]
+		if !strings.HasPrefix(a, "-") || a == "-" || !known {
+			positional = append(positional, a)
+			continue
+		}
+		flags = append(flags, a)
+		if v && !hasValue && i+1 < len(rest) {
+			i++
+			flags = append(flags, rest[i])
+		}
+	}
+	out = append(out, flags...)
+	if len(positional) > 0 && positional[0] != "--" {
+		out = append(out, "--")
+	}
+	return append(out, positional...)
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	onUsage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+	app := &cli.App{
+		Name:                 "jobq",
+		Usage:                "a durable job queue with exactly-once workers, in one binary",
+		Version:              version,
+		Reader:               stdin,
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: true,
+		HideVersion:          true,
+		ExitErrHandler:       func(*cli.Context, error) {}, // run decides the exit status
+		OnUsageError:         onUsage,
+		Commands: []*cli.Command{
+			serveCommand(),
+			enqueueCommand(),
+			nextCommand(),
+			statusCommand(),
+			jobCommand(),
+			dlqCommand(),
+			versionCommand(),
+			completionCommand(),
+		},
+		CommandNotFound: func(c *cli.Context, name string) {},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return badUsage("unknown command %q: see jobq --help", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
+	}
+	var walk func([]*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, cmd := range cmds {
+			cmd.OnUsageError = onUsage
+			walk(cmd.Subcommands)
+		}
+	}
+	walk(app.Commands)
+	return app
+}
+
+// env returns the environment variable of flag name: JOBQ_ and the name in
+// upper snake case.
+func env(name string) []string {
+	return []string{"JOBQ_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+}
+
+func logFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: env("log-level"), Usage: "log level: trace, debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Value: "auto", EnvVars: env("log-format"), Usage: "log format: auto (console on a terminal, else json), console or json"},
+	}
+}
+
+// newLogger builds the root logger from the global log flags.
+func newLogger(c *cli.Context) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.String("log-level"))
+	if err != nil || c.String("log-level") == "" {
+		return zerolog.Nop(), badUsage("--log-level %q: want trace, debug, info, warn or error", c.String("log-level"))
+	}
+	w := c.App.ErrWriter
+	console := false
+	switch c.String("log-format") {
+	case "console":
+		console = true
+	case "json":
+	case "auto":
+		f, ok := w.(*os.File)
+		console = ok && isatty.IsTerminal(f.Fd())
+	default:
+		return zerolog.Nop(), badUsage("--log-format %q: want auto, console or json", c.String("log-format"))
+	}
+	if console {
+		_, noColor := os.LookupEnv("NO_COLOR")
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: noColor}
+	}
+	zerolog.DurationFieldUnit = time.Millisecond // "took": 1.25 means 1.25 ms
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// ---- serve ------------------------------------------------------------
+
+func queueFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "dedupe-window", Value: queue.DefaultDedupeWindow, EnvVars: env("dedupe-window"), Usage: "how long JOB drops a job republished with the same ID"},
+		&cli.IntFlag{Name: "max-deliver", Value: queue.DefaultMaxDeliver, EnvVars: env("max-deliver"), Usage: "deliveries of a job before it is dead-lettered"},
+		&cli.DurationFlag{Name: "ack-wait", Value: queue.DefaultAckWait, EnvVars: env("ack-wait"), Usage: "how long a job may go without ack or heartbeat before redelivery"},
+		&cli.DurationFlag{Name: "processed-ttl", Value: queue.DefaultProcessedTTL, EnvVars: env("processed-ttl"), Usage: "how long a ledger record lives after its last write"},
+		&cli.IntFlag{Name: "workers", Value: queue.DefaultWorkers, EnvVars: env("workers"), Usage: "jobs run at once"},
+		&cli.StringFlag{Name: "retry-backoff", Value: "1s,10s,1m", EnvVars: env("retry-backoff"), Usage: "delays before each retry, comma-separated; the last repeats"},
+		&cli.DurationFlag{Name: "job-timeout", EnvVars: env("job-timeout"), Usage: "limit on one attempt (0: none)"},
+		&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, EnvVars: env("max-payload"), Usage: "largest payload accepted, in bytes"},
+	}
+}
+
+func serveCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "store-dir", Value: "./jobq-data", EnvVars: env("store-dir"), Usage: "where the embedded server stores jobs and the ledger"},
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:4222", EnvVars: env("listen"), Usage: "NATS client address of the embedded server (empty: in-process only)"},
+		&cli.StringFlag{Name: "http", Value: "127.0.0.1:8222", EnvVars: env("http"), Usage: "address of /healthz and /readyz (empty: off)"},
+		&cli.StringSliceFlag{Name: "handler", EnvVars: env("handler"), Usage: "route SUBJECT=SPEC, SPEC is log, exec:COMMAND or http:URL (repeatable)"},
+		&cli.BoolFlag{Name: "demo", EnvVars: env("demo"), Usage: "publish a sample payroll job every --demo-interval and log it"},
+		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, EnvVars: env("demo-interval"), Usage: "how often --demo publishes"},
+		&cli.StringFlag{Name: "server", EnvVars: env("server"), Usage: "use this NATS server instead of the embedded one"},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, EnvVars: env("shutdown-timeout"), Usage: "how long running jobs may finish after SIGINT/SIGTERM"},
+		&cli.StringFlag{Name: "token", EnvVars: env("token"), Usage: "client token the server requires"},
+		&cli.StringFlag{Name: "user", EnvVars: env("user"), Usage: "client user the server requires (with --password)"},
+		&cli.StringFlag{Name: "password", EnvVars: env("password"), Usage: "client password the server requires (with --user)"},
+		&cli.StringFlag{Name: "nkey", EnvVars: env("nkey"), Usage: "client nkey public key the server accepts"},
+		&cli.BoolFlag{Name: "insecure", EnvVars: env("insecure"), Usage: "allow a non-loopback --listen without authentication"},
+		&cli.StringFlag{Name: "tls-cert", EnvVars: env("tls-cert"), Usage: "TLS certificate file for the client port"},
+		&cli.StringFlag{Name: "tls-key", EnvVars: env("tls-key"), Usage: "TLS key file for the client port"},
+		&cli.StringFlag{Name: "sync", Value: "1s", EnvVars: env("sync"), Usage: "how often the store is fsynced: an interval, or always"},
+		&cli.Int64Flag{Name: "max-store", EnvVars: env("max-store"), Usage: "cap on stored bytes (0: the server's default)"},
+		&cli.Int64Flag{Name: "max-memory", EnvVars: env("max-memory"), Usage: "cap on memory storage bytes (0: the server's default)"},
+	}
+	return &cli.Command{
+		Name:   "serve",
+		Usage:  "run the embedded server, provision JOB, WORKER and processed, and run workers",
+		Flags:  append(append(flags, queueFlags()...), logFlags()...),
+		Action: serve,
+	}
+}
+
+// config turns the command line into the package configs.
+func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, error) {
+	backoff, err := parseDurations(c.String("retry-backoff"))
+	if err != nil {
+		return server.Config{}, queue.Config{}, usageError{err}
+	}
+	qc := queue.Config{
+		DedupeWindow: c.Duration("dedupe-window"),
+		MaxDeliver:   c.Int("max-deliver"),
+		AckWait:      c.Duration("ack-wait"),
+		ProcessedTTL: c.Duration("processed-ttl"),
+		Workers:      c.Int("workers"),
+		RetryBackoff: backoff,
+		JobTimeout:   c.Duration("job-timeout"),
+		MaxPayload:   c.Int("max-payload"),
+	}
+	if c.IsSet("max-deliver") && qc.MaxDeliver <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--max-deliver %d: want 1 or more", qc.MaxDeliver)
+	}
+	if c.IsSet("workers") && qc.Workers <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--workers %d: want 1 or more", qc.Workers)
+	}
+	if c.IsSet("max-payload") && qc.MaxPayload <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--max-payload %d: want 1 or more", qc.MaxPayload)
+	}
+	if err := qc.Validate(); err != nil {
+		return server.Config{}, queue.Config{}, usageError{err}
+	}
+	sc := server.Config{
+		StoreDir:   c.String("store-dir"),
+		Listen:     c.String("listen"),
+		Token:      c.String("token"),
+		User:       c.String("user"),
+		Password:   c.String("password"),
+		NKey:       c.String("nkey"),
+		Insecure:   c.Bool("insecure"),
+		TLSCert:    c.String("tls-cert"),
+		TLSKey:     c.String("tls-key"),
+		MaxStore:   c.Int64("max-store"),
+		MaxMemory:  c.Int64("max-memory"),
+		MaxPayload: int32(min(qc.MaxPayload+64<<10, 64<<20)),
+		Logger:     log,
+		Debug:      log.GetLevel() <= zerolog.DebugLevel,
+	}
+	switch s := c.String("sync"); s {
+	case "always":
+		sc.SyncAlways = true
+	default:
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return server.Config{}, queue.Config{}, badUsage("--sync %q: want a positive duration such as 1s, or always", s)
+		}
+		sc.SyncInterval = d
+	}
+	if err := sc.Validate(); err != nil {
+		return server.Config{}, queue.Config{}, usageError{err}
+	}
+	return sc, qc, nil
+}
+
+// parseDurations parses a comma-separated list such as "1s,10s,1m".
+func parseDurations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		d, err := time.ParseDuration(part)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("--retry-backoff %q: want durations separated by commas, e.g. 1s,10s,1m", s)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// routes builds the router from --handler and --demo.
+func routes(c *cli.Context, log zerolog.Logger) (*handlers.Router, error) {
+	r := handlers.NewRouter()
+	for _, route := range c.StringSlice("handler") {
+		pattern, spec, err := handlers.ParseRoute(route)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--handler %q: %w", route, err)}
+		}
+		h, err := handlers.ParseSpec(spec, log.With().Str("component", "handler").Logger())
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--handler %q: %w", route, err)}
+		}
+		if err := r.Handle(pattern, h); err != nil {
+			return nil, usageError{fmt.Errorf("--handler %q: %w", route, err)}
+		}
+	}
+	if c.Bool("demo") {
+		// The demo logs every job no --handler routes, including the ones
+		// you enqueue yourself.
+		if _, _, ok := r.Match("job.payroll"); !ok {
+			if err := r.Handle(queue.SubjectJobs, handlers.Log(log.With().Str("component", "handler").Logger())); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+func serve(c *cli.Context) (err error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() > 0 {
+		return badUsage("serve takes no arguments, got %q", c.Args().First())
+	}
+	sc, qc, err := config(c, log)
+	if err != nil {
+		return err
+	}
+	router, err := routes(c, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var nc *nats.Conn
+	if url := c.String("server"); url != "" {
+		nc, err = connect(c, url)
+		if err != nil {
+			return err
+		}
+		log.Info().Str("server", redactURL(url)).Msg("using external nats server")
+	} else {
+		srv, err := server.Start(ctx, sc)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if serr := srv.Shutdown(sctx); serr != nil && err == nil {
+				err = serr
+			}
+			log.Info().Msg("nats server stopped")
+		}()
+		if nc, err = srv.Connect(); err != nil {
+			return err
+		}
+		log.Info().Str("store_dir", srv.StoreDir()).Str("listen", srv.ClientURL()).Msg("embedded nats server ready")
+	}
+	defer closeConn(nc, log)
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("open jetstream: %w", err)
+	}
+	obj, err := queue.Provision(ctx, js, qc, log)
+	if err != nil {
+		return err
+	}
+	qc = obj.Config
+
+	var pool *queue.Pool
+	if router.Len() > 0 {
+		pool = queue.NewPool(obj, router, log)
+		if err := pool.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		log.Info().Strs("handlers", router.Patterns()).Msg("handlers registered")
+	} else {
+		log.Info().Msg("no --handler given: serving as a broker; external workers fetch from WORKER")
+	}
+
+	if addr := c.String("http"); addr != "" {
+		hs, err := startHTTP(addr, obj, pool, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hs.Shutdown(hctx)
+		}()
+	}
+
+	demoDone := make(chan struct{})
+	demoCtx, demoCancel := context.WithCancel(ctx)
+	defer demoCancel()
+	if c.Bool("demo") {
+		producer := queue.NewProducer(js, qc)
+		go func() {
+			defer close(demoDone)
+			queue.Demo(demoCtx, producer, c.Duration("demo-interval"), func(err error) {
+				log.Error().Err(err).Msg("demo enqueue")
+			})
+		}()
+		log.Info().Dur("interval", c.Duration("demo-interval")).Msg("demo producer started: a payroll job per tick")
+	} else {
+		close(demoDone)
+	}
+
+	log.Info().Str("version", version).Msg("jobq ready")
+	<-ctx.Done()
+	stop() // a second signal now kills the process
+	log.Info().Msg("shutting down: stop fetching and publishing")
+	demoCancel()
+	<-demoDone
+	if pool != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+		defer cancel()
+		if err := pool.Stop(sctx); err != nil {
+			log.Error().Err(err).Msg("stop workers")
+		}
+	}
+	return nil
+}
+
+// closeConn drains nc and waits until it is closed.
+func closeConn(nc *nats.Conn, log zerolog.Logger) {
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		log.Warn().Msg("connection drain timed out")
+		nc.Close()
+	}
+	log.Info().Msg("connection closed")
+}
+
+func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, log zerolog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
+	}
+	mux := http.NewServeMux()
+	writeJSON := func(w http.ResponseWriter, code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		workers := pool == nil || pool.Running()
+		_, err := obj.Jobs.Info(ctx)
+		if !workers || err != nil {
+			msg := "workers stopped"
+			if err != nil {
+				msg = err.Error()
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": msg})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server")
+		}
+	}()
+	log.Info().Str("http", ln.Addr().String()).Msg("health endpoints ready")
+	return hs, nil
+}
+
+// ---- client commands --------------------------------------------------
+
+func clientFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "server", Aliases: []string{"s"}, Value: "nats://127.0.0.1:4222", EnvVars: env("server"), Usage: "NATS URL of a running jobq serve"},
+		&cli.StringFlag{Name: "token", EnvVars: env("token"), Usage: "token to authenticate with"},
+		&cli.StringFlag{Name: "user", EnvVars: env("user"), Usage: "user to authenticate with"},
+		&cli.StringFlag{Name: "password", EnvVars: env("password"), Usage: "password to authenticate with"},
+		&cli.StringFlag{Name: "nkey-seed", EnvVars: env("nkey-seed"), Usage: "file holding an nkey seed to authenticate with"},
+		&cli.StringFlag{Name: "tls-ca", EnvVars: env("tls-ca"), Usage: "CA certificate file to verify the server's TLS certificate"},
+		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, EnvVars: env("timeout"), Usage: "how long to wait for the server"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+	}
+}
+
+// connect dials url with the command's credentials.
+func connect(c *cli.Context, url string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("jobq " + c.Command.Name), nats.Timeout(c.Duration("timeout"))}
+	if t := c.String("token"); t != "" {
+		opts = append(opts, nats.Token(t))
+	}
+	if u := c.String("user"); u != "" {
+		opts = append(opts, nats.UserInfo(u, c.String("password")))
+	}
+	if f := c.String("nkey-seed"); f != "" {
+		o, err := nats.NkeyOptionFromSeed(f)
+		if err != nil {
+			return nil, badUsage("--nkey-seed %s: %v", f, err)
+		}
+		opts = append(opts, o)
+	}
+	if f := c.String("tls-ca"); f != "" {
+		opts = append(opts, nats.RootCAs(f))
+	}
+	if c.Duration("timeout") == 0 {
+		opts[1] = nats.Timeout(5 * time.Second)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach a jobq server at %s: %w; start one with `jobq serve` or pass --server", redactURL(url), err)
+	}
+	return nc, nil
+}
+
+// redactURL hides credentials in a URL for messages and logs.
+func redactURL(u string) string {
+	if i := strings.Index(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "***" + u[i:]
+		}
+		return "***" + u[i:]
+	}
+	return u
+}
+
+// client opens jobq's objects on the command's server.
+func client(c *cli.Context) (*queue.Objects, func(), error) {
+	nc, err := connect(c, c.String("server"))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("open jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	obj, err := queue.Open(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("%w; is `jobq serve` running on %s?", err, redactURL(c.String("server")))
+	}
+	return obj, nc.Close, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func enqueueCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "enqueue",
+		Usage:     "store one job; payload from the argument, --file or stdin",
+		ArgsUsage: "SUBJECT [PAYLOAD]",
+		Flags: append(clientFlags(),
+			&cli.StringFlag{Name: "id", Usage: "job ID (Nats-Msg-Id); default a fresh unique ID"},
+			&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "header key=value (repeatable)"},
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "read the payload from this file"},
+			&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, EnvVars: env("max-payload"), Usage: "largest payload accepted, in bytes"},
+		),
+		Action: enqueue,
+	}
+}
+
+func enqueue(c *cli.Context) error {
+	if c.NArg() < 1 || c.NArg() > 2 {
+		return badUsage("enqueue takes SUBJECT [PAYLOAD], e.g. jobq enqueue job.email '{\"to\":\"a@b.c\"}'")
+	}
+	subject := c.Args().Get(0)
+	if err := handlers.ValidSubject(subject); err != nil {
+		return usageError{err}
+	}
+	if err := queue.ValidID(c.String("id")); c.IsSet("id") && err != nil {
+		return usageError{err}
+	}
+	var payload []byte
+	var err error
+	switch {
+	case c.NArg() == 2 && c.IsSet("file"):
+		return badUsage("give the payload as an argument or --file, not both")
+	case c.NArg() == 2:
+		payload = []byte(c.Args().Get(1))
+	case c.IsSet("file"):
+		if payload, err = os.ReadFile(c.String("file")); err != nil {
+			return fmt.Errorf("read payload: %w", err)
+		}
+	default:
+		if f, ok := c.App.Reader.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			break // nothing piped in: an empty payload
+		}
+		if payload, err = io.ReadAll(io.LimitReader(c.App.Reader, int64(c.Int("max-payload"))+1)); err != nil {
+			return fmt.Errorf("read payload from stdin: %w", err)
+		}
+	}
+	if len(payload) > c.Int("max-payload") {
+		return badUsage("payload too large: %d bytes, the limit is %d (--max-payload)", len(payload), c.Int("max-payload"))
+	}
+	header := nats.Header{}
+	for _, kv := range c.StringSlice("header") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return badUsage("-H %q: want key=value", kv)
+		}
+		header.Add(strings.TrimSpace(k), v)
+	}
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")})
+	id := c.String("id")
+	ctx, cancel := context.WithTimeout(c.Context, 4*c.Duration("timeout"))
+	defer cancel()
+	ack, err := p.Enqueue(ctx, subject, payload, queue.EnqueueOptions{ID: id, Header: header})
+	if err != nil {
+		if errors.Is(err, queue.ErrPayloadTooLarge) {
+			return usageError{err}
+		}
+		return err
+	}
+	out := struct {
+		Stream    string `json:"stream"`
+		Seq       uint64 `json:"seq"`
+		Duplicate bool   `json:"duplicate"`
+	}{ack.Stream, ack.Sequence, ack.Duplicate}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, out)
+	}
+	fmt.Fprintf(c.App.Writer, "stream: %s\nseq: %d\nduplicate: %t\n", out.Stream, out.Seq, out.Duplicate)
+	return nil
+}
+
+func nextCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "next",
+		Usage: "take one job from WORKER, print it and record it done (--no-ack: print and release it)",
+		Flags: append(clientFlags(),
+			&cli.BoolFlag{Name: "no-ack", Usage: "release the job instead of completing it"},
+			&cli.DurationFlag{Name: "wait", Value: 5 * time.Second, Usage: "how long to wait for a job"},
+		),
+		Action: next,
+	}
+}
+
+func next(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return badUsage("next takes no arguments")
+	}
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	show := func(job *data.Job) error { return printJob(c, job) }
+	var got bool
+	if c.Bool("no-ack") {
+		got, err = queue.Peek(c.Context, obj, c.Duration("wait"), show)
+	} else {
+		got, err = queue.Next(c.Context, obj, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+			return show(job)
+		}), c.Duration("wait"), zerolog.Nop())
+	}
+	if err != nil {
+		return err
+	}
+	if !got {
+		return fmt.Errorf("no job on %s %s within %s", queue.StreamJob, queue.ConsumerWorker, c.Duration("wait"))
+	}
+	return nil
+}
+
+func printJob(c *cli.Context, job *data.Job) error {
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, struct {
+			ID      string              `json:"id"`
+			Subject string              `json:"subject"`
+			Seq     uint64              `json:"seq"`
+			Attempt int                 `json:"attempt"`
+			Resumed bool                `json:"resumed"`
+			Header  map[string][]string `json:"headers,omitempty"`
+			Payload string              `json:"payload"`
+		}{job.ID, job.Subject, job.Seq, job.Attempt, job.Resumed, job.Header, string(job.Payload)})
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "id: %s\nsubject: %s\nseq: %d\nattempt: %d\n", job.ID, job.Subject, job.Seq, job.Attempt)
+	for k, vs := range job.Header {
+		for _, v := range vs {
+			fmt.Fprintf(w, "header: %s: %s\n", k, v)
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n", job.Payload)
+	return nil
+}
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "status",
+		Usage:  "show stream, consumer, dead-letter and ledger counts",
+		Flags:  clientFlags(),
+		Action: status,
+	}
+}
+
+func status(c *cli.Context) error {
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	st, err := queue.ReadStatus(ctx, obj)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, st)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "stream %s\t%d jobs\t%d bytes\tseq %d..%d\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, st.Stream.Bytes, st.Stream.FirstSeq, st.Stream.LastSeq, st.Stream.DedupeWindow)
+	fmt.Fprintf(tw, "consumer %s\t%d pending\t%d ack pending\t%d redelivered\tmax deliver %d, ack wait %s\n", st.Consumer.Name, st.Consumer.Pending, st.Consumer.AckPending, st.Consumer.Redelivered, st.Consumer.MaxDeliver, st.Consumer.AckWait)
+	fmt.Fprintf(tw, "dead letters %s\t%d jobs\t%d bytes\t\t\n", st.DLQ.Name, st.DLQ.Messages, st.DLQ.Bytes)
+	fmt.Fprintf(tw, "ledger %s\t%d records\t%d bytes\tttl %s\t\n", st.Ledger.Bucket, st.Ledger.Records, st.Ledger.Bytes, st.Ledger.TTL)
+	return tw.Flush()
+}
+
+func jobCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "job",
+		Usage:     "show a job's ledger record: state, attempts, worker, times, last error",
+		ArgsUsage: "ID",
+		Flags:     clientFlags(),
+		Action:    job,
+	}
+}
+
+func job(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return badUsage("job takes one job ID, e.g. jobq job payroll-42")
+	}
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	rec, err := data.NewLedger(obj.Ledger, 0).Get(ctx, c.Args().First())
+	if errors.Is(err, data.ErrNotFound) {
+		return fmt.Errorf("no ledger record for job %q: it is pending, unknown, or its record expired (--processed-ttl)", c.Args().First())
+	}
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, rec)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.Local().Format(time.RFC3339Nano)
+	}
+	row("id", rec.ID)
+	row("state", string(rec.State))
+	row("subject", rec.Subject)
+	row("seq", strconv.FormatUint(rec.Seq, 10))
+	row("attempts", strconv.Itoa(rec.Attempts))
+	row("worker", rec.Worker)
+	if rec.Resumed {
+		row("resumed", "yes: an earlier attempt never recorded an outcome")
+	}
+	row("first started", ts(rec.FirstAt))
+	row("last started", ts(rec.StartedAt))
+	row("finished", ts(rec.FinishedAt))
+	if rec.Took > 0 {
+		row("took", rec.Took.String())
+	}
+	if rec.State == data.StateRunning {
+		row("lease until", ts(rec.LeaseUntil))
+	}
+	row("last error", rec.LastError)
+	return tw.Flush()
+}
+
+func dlqCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dlq",
+		Usage: "inspect and re-drive dead letters",
+		Subcommands: []*cli.Command{
+			{Name: "list", Usage: "list dead letters, oldest first", Flags: append(clientFlags(), &cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}), Action: dlqList},
+			{Name: "show", Usage: "show one dead letter with its payload", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: clientFlags(), Action: dlqShow},
+			{Name: "retry", Usage: "enqueue dead letters again and remove them from DLQ", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), &cli.BoolFlag{Name: "all", Usage: "retry every dead letter"}), Action: dlqRetry},
+			{Name: "purge", Usage: "delete every dead letter", Flags: clientFlags(), Action: dlqPurge},
+		},
+	}
+}
+
+func dlqList(c *cli.Context) error {
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	list, err := queue.ListDeadLetters(c.Context, obj, c.Int("limit"))
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if list == nil {
+			list = []queue.DeadLetter{}
+		}
+		for i := range list {
+			list[i].Payload = nil
+		}
+		return printJSON(c.App.Writer, list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(c.App.Writer, "no dead letters")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DLQ-SEQ\tJOB ID\tSUBJECT\tATTEMPTS\tFAILED AT\tERROR")
+	for _, d := range list {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", d.Seq, d.ID, d.Subject, d.Attempts, d.FailedAt.Local().Format(time.DateTime), truncate(d.Error, 80))
+	}
+	return tw.Flush()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func dlqShow(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return badUsage("dlq show takes a DLQ sequence or job ID (see jobq dlq list)")
+	}
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	d, err := queue.FindDeadLetter(c.Context, obj, c.Args().First())
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, d)
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "dlq seq: %d\nid: %s\nsubject: %s\njob seq: %d\nattempts: %d\nfailed at: %s\nerror: %s\n", d.Seq, d.ID, d.Subject, d.JobSeq, d.Attempts, d.FailedAt.Local().Format(time.RFC3339), d.Error)
+	for k, vs := range d.Header {
+		for _, v := range vs {
+			fmt.Fprintf(w, "header: %s: %s\n", k, v)
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n", d.Payload)
+	return nil
+}
+
+func dlqRetry(c *cli.Context) error {
+	if c.Bool("all") == (c.NArg() == 1) || c.NArg() > 1 {
+		return badUsage("dlq retry takes one DLQ sequence or job ID, or --all")
+	}
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	var list []queue.DeadLetter
+	if c.Bool("all") {
+		if list, err = queue.ListDeadLetters(c.Context, obj, 0); err != nil {
+			return err
+		}
+	} else {
+		d, err := queue.FindDeadLetter(c.Context, obj, c.Args().First())
+		if err != nil {
+			return err
+		}
+		list = []queue.DeadLetter{d}
+	}
+	type result struct {
+		ID     string `json:"id"`
+		DLQSeq uint64 `json:"dlq_seq"`
+		Seq    uint64 `json:"seq"`
+	}
+	results := []result{}
+	for _, d := range list {
+		ack, err := queue.RetryDeadLetter(c.Context, obj, d)
+		if err != nil {
+			return err
+		}
+		results = append(results, result{d.ID, d.Seq, ack.Sequence})
+		if !c.Bool("json") {
+			fmt.Fprintf(c.App.Writer, "retried %s (dlq seq %d) as %s seq %d\n", d.ID, d.Seq, queue.StreamJob, ack.Sequence)
+		}
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, results)
+	}
+	if len(results) == 0 {
+		fmt.Fprintln(c.App.Writer, "no dead letters")
+	}
+	return nil
+}
+
+func dlqPurge(c *cli.Context) error {
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	n, err := queue.PurgeDeadLetters(c.Context, obj)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, map[string]uint64{"purged": n})
+	}
+	fmt.Fprintf(c.App.Writer, "purged %d dead letters\n", n)
+	return nil
+}
+
+// ---- version, completion ----------------------------------------------
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version of jobq and its parts",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			v := map[string]string{"version": version, "commit": commit, "go": runtime.Version(), "nats_server": depVersion("github.com/nats-io/nats-server/v2"), "nats_go": depVersion("github.com/nats-io/nats.go")}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, v)
+			}
+			fmt.Fprintf(c.App.Writer, "jobq %s (commit %s, %s, nats-server %s, nats.go %s)\n", v["version"], v["commit"], v["go"], v["nats_server"], v["nats_go"])
+			return nil
+		},
+	}
+}
+
+func depVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
+}
+
+func completionCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "completion",
+		Usage:     "print a shell completion script: bash, zsh or fish",
+		ArgsUsage: "bash|zsh|fish",
+		Action: func(c *cli.Context) error {
+			switch c.Args().First() {
+			case "bash":
+				fmt.Fprint(c.App.Writer, bashCompletion)
+			case "zsh":
+				fmt.Fprint(c.App.Writer, zshCompletion)
+			case "fish":
+				s, err := c.App.ToFishCompletion()
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(c.App.Writer, s)
+			default:
+				return badUsage("completion takes bash, zsh or fish")
+			}
+			return nil
+		},
+	}
+}
+
+const bashCompletion = `_jobq_complete() {
+  local cur words
+  cur="${COMP_WORDS[COMP_CWORD]}"
+  words=$("${COMP_WORDS[0]}" "${COMP_WORDS[@]:1:$COMP_CWORD-1}" --generate-bash-completion 2>/dev/null)
+  COMPREPLY=($(compgen -W "$words" -- "$cur"))
+}
+complete -o default -F _jobq_complete jobq
+`
+
+const zshCompletion = `#compdef jobq
+_jobq() {
+  local -a opts
+  opts=("${(@f)$(${words[1]} ${words[@]:1:$CURRENT-2} --generate-bash-completion 2>/dev/null)}")
+  _describe 'values' opts
+}
+compdef _jobq jobq
+`

@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config configures provisioning, the producer and the worker pool. Zero
+// fields take their defaults in withDefaults.
+type Config struct {
+	// DedupeWindow is how long JOB remembers a Nats-Msg-Id to drop a
+	// republished job. Defaults to 10m.
+	DedupeWindow time.Duration
+	// MaxDeliver is how many times a job is delivered before it is
+	// dead-lettered. Defaults to 3.
+	MaxDeliver int
+	// AckWait is how long a delivered job may go without an ack or a
+	// heartbeat before it is redelivered. Defaults to 60s.
+	AckWait time.Duration
+	// ProcessedTTL is how long a ledger record lives after its last write.
+	// Defaults to 168h (7 days).
+	ProcessedTTL time.Duration
+	// Workers is how many jobs run at once. Defaults to 4.
+	Workers int
+	// RetryBackoff is the delay before attempt n+1 after attempt n failed:
+	// RetryBackoff[n-1], the last entry repeating. Defaults to 1s, 10s, 1m.
+	RetryBackoff []time.Duration
+	// JobTimeout bounds one attempt; 0 means no limit.
+	JobTimeout time.Duration
+	// MaxPayload is the largest payload Enqueue accepts. Defaults to 1 MiB.
+	MaxPayload int
+	// FetchWait is how long one pull waits for jobs. Defaults to 1s; it also
+	// bounds how long Stop waits for the fetcher.
+	FetchWait time.Duration
+	// WorkerName identifies this process in ledger records. Defaults to
+	// host name and process ID.
+	WorkerName string
+}
+
+// Defaults of Config.
+const (
+	DefaultDedupeWindow = 10 * time.Minute
+	DefaultMaxDeliver   = 3
+	DefaultAckWait      = 60 * time.Second
+	DefaultProcessedTTL = 7 * 24 * time.Hour
+	DefaultWorkers      = 4
+	DefaultMaxPayload   = 1 << 20
+)
+
+// DefaultRetryBackoff is the default of Config.RetryBackoff.
+var DefaultRetryBackoff = []time.Duration{time.Second, 10 * time.Second, time.Minute}
+
+func (c Config) withDefaults() Config {
+	if c.DedupeWindow == 0 {
+		c.DedupeWindow = DefaultDedupeWindow
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.ProcessedTTL == 0 {
+		c.ProcessedTTL = DefaultProcessedTTL
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if len(c.RetryBackoff) == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = time.Second
+	}
+	if c.WorkerName == "" {
+		host, _ := os.Hostname()
+		c.WorkerName = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	return c
+}
+
+// Validate reports the first problem with c after defaults are applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.DedupeWindow < 0:
+		return fmt.Errorf("dedupe window %s is negative", c.DedupeWindow)
+	case c.MaxDeliver < 1:
+		return fmt.Errorf("max deliver %d: want 1 or more", c.MaxDeliver)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("ack wait %s: want 1s or more", c.AckWait)
+	case c.ProcessedTTL < time.Second:
+		return fmt.Errorf("processed ttl %s: want 1s or more", c.ProcessedTTL)
+	case c.ProcessedTTL < c.DedupeWindow:
+		return fmt.Errorf("processed ttl %s is shorter than the dedupe window %s: a republished job could run twice", c.ProcessedTTL, c.DedupeWindow)
+	case c.Workers < 0:
+		return fmt.Errorf("workers %d: want 0 or more", c.Workers)
+	case c.JobTimeout < 0:
+		return fmt.Errorf("job timeout %s is negative", c.JobTimeout)
+	case c.MaxPayload < 0:
+		return fmt.Errorf("max payload %d is negative", c.MaxPayload)
+	}
+	for _, d := range c.RetryBackoff {
+		if d < 0 {
+			return errors.New("retry backoff has a negative duration")
+		}
+	}
+	return nil
+}
+
+// backoff returns the delay after failed attempt n (1-based).
+func (c Config) backoff(attempt int) time.Duration {
+	i := min(max(attempt-1, 0), len(c.RetryBackoff)-1)
+	return c.RetryBackoff[i]
+}
+
+// lease is how long a claim stays live without renewal: two thirds of
+// AckWait. Heartbeats renew it every AckWait/3, so a live worker never lets
+// it lapse, and a job redelivered after its worker died (AckWait after the
+// last heartbeat) always finds it expired.
+func (c Config) lease() time.Duration { return c.AckWait * 2 / 3 }
+
+// heartbeat is how often a running job's lease is renewed.
+func (c Config) heartbeat() time.Duration { return c.AckWait / 3 }

@@ -1,0 +1,162 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/data"
+)
+
+// maxErrorHeader bounds the error text kept in a dead letter's header.
+const maxErrorHeader = 1024
+
+// deadLetter copies a job to DLQ with why it failed, and waits for the
+// stream to confirm. Only then may the caller remove it from JOB. The copy's
+// Nats-Msg-Id is derived from the job's JOB sequence, so moving the same job
+// twice stores it once.
+func (p *Pool) deadLetter(ctx context.Context, msg jetstream.Msg, job *data.Job, cause error) error {
+	return deadLetter(ctx, p.obj.JS, job, msg.Headers(), cause.Error())
+}
+
+func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h nats.Header, cause string) error {
+	m := nats.NewMsg(SubjectDLQPrefix + job.Subject)
+	m.Data = job.Payload
+	for k, v := range h {
+		m.Header[k] = append([]string(nil), v...)
+	}
+	cause = strings.ReplaceAll(cause, "\n", " ")
+	if len(cause) > maxErrorHeader {
+		cause = cause[:maxErrorHeader]
+	}
+	m.Header.Set(HeaderJobID, job.ID)
+	m.Header.Set(HeaderSubject, job.Subject)
+	m.Header.Set(HeaderSeq, strconv.FormatUint(job.Seq, 10))
+	m.Header.Set(HeaderAttempts, strconv.Itoa(job.Attempt))
+	m.Header.Set(HeaderError, cause)
+	m.Header.Set(HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	m.Header.Set(nats.MsgIdHdr, "dlq-"+strconv.FormatUint(job.Seq, 10))
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamDLQ)); err != nil {
+		return fmt.Errorf("publish to %s: %w", StreamDLQ, err)
+	}
+	return nil
+}
+
+// DeadLetter is a job in DLQ.
+type DeadLetter struct {
+	// Seq is the dead letter's sequence in DLQ, what dlq show and retry take.
+	Seq      uint64              `json:"dlq_seq"`
+	ID       string              `json:"id"`
+	Subject  string              `json:"subject"`
+	JobSeq   uint64              `json:"job_seq"`
+	Attempts int                 `json:"attempts"`
+	Error    string              `json:"error"`
+	FailedAt time.Time           `json:"failed_at"`
+	Header   map[string][]string `json:"headers,omitempty"`
+	Payload  []byte              `json:"payload,omitempty"`
+}
+
+func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
+	h := m.Header
+	d := DeadLetter{
+		Seq: m.Sequence, ID: h.Get(HeaderJobID), Subject: h.Get(HeaderSubject),
+		Error: h.Get(HeaderError), Payload: m.Data, Header: map[string][]string{},
+	}
+	d.JobSeq, _ = strconv.ParseUint(h.Get(HeaderSeq), 10, 64)
+	d.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
+	d.FailedAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderFailedAt))
+	for k, v := range h {
+		if !strings.HasPrefix(k, "Jobq-") && k != nats.MsgIdHdr {
+			d.Header[k] = v
+		}
+	}
+	if d.Subject == "" {
+		d.Subject = strings.TrimPrefix(m.Subject, SubjectDLQPrefix)
+	}
+	return d
+}
+
+// ListDeadLetters returns up to limit dead letters, oldest first (limit <= 0:
+// all).
+func ListDeadLetters(ctx context.Context, obj *Objects, limit int) ([]DeadLetter, error) {
+	var out []DeadLetter
+	seq := uint64(1)
+	for limit <= 0 || len(out) < limit {
+		m, err := obj.Dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectDLQPrefix+">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("read %s: %w", StreamDLQ, err)
+		}
+		out = append(out, deadLetterFrom(m))
+		seq = m.Sequence + 1
+	}
+	return out, nil
+}
+
+// ErrNoDeadLetter is returned for a DLQ sequence or job ID with no dead letter.
+var ErrNoDeadLetter = errors.New("no such dead letter")
+
+// FindDeadLetter returns the dead letter whose DLQ sequence or job ID is ref.
+func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, error) {
+	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil {
+		m, err := obj.Dead.GetMsg(ctx, seq)
+		if err == nil {
+			return deadLetterFrom(m), nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return DeadLetter{}, fmt.Errorf("read %s: %w", StreamDLQ, err)
+		}
+	}
+	all, err := ListDeadLetters(ctx, obj, 0)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	for _, d := range all {
+		if d.ID == ref {
+			return d, nil
+		}
+	}
+	return DeadLetter{}, fmt.Errorf("%w: %q (see jobq dlq list)", ErrNoDeadLetter, ref)
+}
+
+// RetryDeadLetter publishes a dead letter to its original subject again and
+// then removes it from DLQ. The new message gets a fresh Nats-Msg-Id, so the
+// dedupe window does not drop it, and keeps the job ID in Jobq-Job-Id, so the
+// ledger still guards it: a job recorded done does not run again.
+func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstream.PubAck, error) {
+	m := nats.NewMsg(d.Subject)
+	m.Data = d.Payload
+	for k, v := range d.Header {
+		m.Header[k] = v
+	}
+	m.Header.Set(HeaderJobID, d.ID)
+	m.Header.Set(nats.MsgIdHdr, "retry-"+strconv.FormatUint(d.Seq, 10))
+	ack, err := obj.JS.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamJob))
+	if err != nil {
+		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
+	}
+	if err := obj.Dead.DeleteMsg(ctx, d.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return ack, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
+	}
+	return ack, nil
+}
+
+// PurgeDeadLetters deletes every dead letter and returns how many there were.
+func PurgeDeadLetters(ctx context.Context, obj *Objects) (uint64, error) {
+	info, err := obj.Dead.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	if err := obj.Dead.Purge(ctx); err != nil {
+		return 0, fmt.Errorf("purge %s: %w", StreamDLQ, err)
+	}
+	return info.State.Msgs, nil
+}

@@ -1,0 +1,124 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/jobq/jobq/handlers"
+)
+
+// ErrPayloadTooLarge is returned by Enqueue for a payload over MaxPayload.
+var ErrPayloadTooLarge = errors.New("payload too large")
+
+// EnqueueOptions are the optional parts of a job.
+type EnqueueOptions struct {
+	// ID is the job's Nats-Msg-Id. Empty means a fresh unique ID, so that a
+	// retried publish is still stored once.
+	ID string
+	// Header holds extra headers; Nats-Msg-Id in it is replaced by ID.
+	Header nats.Header
+}
+
+// Producer publishes jobs to JOB. It is safe for concurrent use.
+type Producer struct {
+	js         jetstream.JetStream
+	maxPayload int
+	// attempts and attemptTimeout bound the retries of a lost ack.
+	attempts       int
+	attemptTimeout time.Duration
+}
+
+// NewProducer returns a Producer that publishes through js and refuses
+// payloads over cfg.MaxPayload.
+func NewProducer(js jetstream.JetStream, cfg Config) *Producer {
+	cfg = cfg.withDefaults()
+	return &Producer{js: js, maxPayload: cfg.MaxPayload, attempts: 5, attemptTimeout: 5 * time.Second}
+}
+
+// Enqueue stores one job and returns the stream's acknowledgement. A publish
+// whose ack is lost (timeout, no responders) is retried with the same ID, so
+// the job is stored once; the retried ack then reports Duplicate.
+func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, opts EnqueueOptions) (*jetstream.PubAck, error) {
+	msg, err := p.message(subject, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	id := msg.Header.Get(nats.MsgIdHdr)
+	var last error
+	for attempt := 1; attempt <= p.attempts; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
+		ack, err := p.js.PublishMsg(actx, msg, jetstream.WithExpectStream(StreamJob))
+		cancel()
+		if err == nil {
+			return ack, nil
+		}
+		last = err
+		if ctx.Err() != nil || !retryable(err) {
+			break
+		}
+		select {
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return nil, fmt.Errorf("enqueue job %s on %s: %w", id, subject, last)
+}
+
+// message checks a job and builds its message.
+func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) (*nats.Msg, error) {
+	if err := handlers.ValidSubject(subject); err != nil {
+		return nil, err
+	}
+	if len(payload) > p.maxPayload {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d (--max-payload)", ErrPayloadTooLarge, len(payload), p.maxPayload)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = payload
+	for k, v := range opts.Header {
+		msg.Header[k] = append([]string(nil), v...)
+	}
+	id := opts.ID
+	if id == "" {
+		id = nuid.Next()
+	}
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	msg.Header.Set(nats.MsgIdHdr, id)
+	return msg, nil
+}
+
+// retryable reports whether a publish may have been lost on the way, so that
+// sending it again with the same ID is the right move.
+func retryable(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+}
+
+// ErrBadID is returned for a job ID that a message header cannot carry.
+var ErrBadID = errors.New("bad job id")
+
+// ValidID checks that id can travel as a Nats-Msg-Id header: any bytes but
+// ASCII control characters (line breaks would end the header), at most 4 KiB.
+func ValidID(id string) error {
+	if len(id) > 4096 {
+		return fmt.Errorf("%w: %d bytes, the limit is 4096", ErrBadID, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] == 0x7f {
+			return fmt.Errorf("%w: %q has a control character; use printable text", ErrBadID, id)
+		}
+	}
+	if strings.TrimSpace(id) != id {
+		return fmt.Errorf("%w: %q starts or ends with white space, which headers drop", ErrBadID, id)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Status is a snapshot of jobq's JetStream objects.
+type Status struct {
+	Stream   StreamStatus   `json:"stream"`
+	Consumer ConsumerStatus `json:"consumer"`
+	DLQ      StreamStatus   `json:"dlq"`
+	Ledger   LedgerStatus   `json:"ledger"`
+}
+
+// StreamStatus describes a stream.
+type StreamStatus struct {
+	Name     string `json:"name"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	// DedupeWindow is set for JOB only.
+	DedupeWindow string `json:"dedupe_window,omitempty"`
+}
+
+// ConsumerStatus describes WORKER.
+type ConsumerStatus struct {
+	Name string `json:"name"`
+	// Pending jobs are stored and not yet delivered.
+	Pending uint64 `json:"pending"`
+	// AckPending jobs are delivered and running or waiting for a retry.
+	AckPending  int    `json:"ack_pending"`
+	Redelivered int    `json:"redelivered"`
+	Waiting     int    `json:"waiting_pulls"`
+	MaxDeliver  int    `json:"max_deliver"`
+	AckWait     string `json:"ack_wait"`
+}
+
+// LedgerStatus describes the processed bucket.
+type LedgerStatus struct {
+	Bucket  string `json:"bucket"`
+	Records uint64 `json:"records"`
+	Bytes   uint64 `json:"bytes"`
+	TTL     string `json:"ttl"`
+}
+
+// Open looks up jobq's objects without creating or changing them, for client
+// commands against a running jobq.
+func Open(ctx context.Context, js jetstream.JetStream) (*Objects, error) {
+	o := &Objects{JS: js}
+	var err error
+	if o.Jobs, err = js.Stream(ctx, StreamJob); err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", StreamJob, err)
+	}
+	if o.Worker, err = js.Consumer(ctx, StreamJob, ConsumerWorker); err != nil {
+		return nil, fmt.Errorf("look up consumer %s: %w", ConsumerWorker, err)
+	}
+	if o.Dead, err = js.Stream(ctx, StreamDLQ); err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", StreamDLQ, err)
+	}
+	if o.Ledger, err = js.KeyValue(ctx, BucketProcessed); err != nil {
+		return nil, fmt.Errorf("look up bucket %s: %w", BucketProcessed, err)
+	}
+	ci := o.Worker.CachedInfo().Config
+	o.Config = Config{MaxDeliver: ci.MaxDeliver, AckWait: ci.AckWait}.withDefaults()
+	return o, nil
+}
+
+// ReadStatus reads a Status.
+func ReadStatus(ctx context.Context, o *Objects) (Status, error) {
+	var st Status
+	si, err := o.Jobs.Info(ctx)
+	if err != nil {
+		return st, fmt.Errorf("read stream %s: %w", StreamJob, err)
+	}
+	st.Stream = streamStatus(si)
+	st.Stream.DedupeWindow = si.Config.Duplicates.String()
+	di, err := o.Dead.Info(ctx)
+	if err != nil {
+		return st, fmt.Errorf("read stream %s: %w", StreamDLQ, err)
+	}
+	st.DLQ = streamStatus(di)
+	ci, err := o.Worker.Info(ctx)
+	if err != nil {
+		return st, fmt.Errorf("read consumer %s: %w", ConsumerWorker, err)
+	}
+	st.Consumer = ConsumerStatus{
+		Name: ci.Name, Pending: ci.NumPending, AckPending: ci.NumAckPending,
+		Redelivered: ci.NumRedelivered, Waiting: ci.NumWaiting,
+		MaxDeliver: ci.Config.MaxDeliver, AckWait: ci.Config.AckWait.String(),
+	}
+	ks, err := o.Ledger.Status(ctx)
+	if err != nil {
+		return st, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
+	}
+	st.Ledger = LedgerStatus{Bucket: ks.Bucket(), Records: ks.Values(), Bytes: ks.Bytes(), TTL: ks.TTL().String()}
+	return st, nil
+}
+
+func streamStatus(si *jetstream.StreamInfo) StreamStatus {
+	return StreamStatus{
+		Name: si.Config.Name, Messages: si.State.Msgs, Bytes: si.State.Bytes,
+		FirstSeq: si.State.FirstSeq, LastSeq: si.State.LastSeq,
+	}
+}
+
+// Demo publishes a payroll job every interval until ctx ends, with IDs like
+// "payroll-20261129T103000-0001" (the demo's start time and a counter), so a
+// first run shows jobs flowing and a restarted demo does not reuse IDs.
+func Demo(ctx context.Context, p *Producer, interval time.Duration, onErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	run := time.Now().UTC().Format("20060102T150405")
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		day := time.Now().UTC().Format("2006-01-02")
+		id := fmt.Sprintf("payroll-%s-%04d", run, n)
+		payload := fmt.Sprintf(`{"employee":"E%03d","period":"%s","amount":%d}`, n%100, day, 1000+n%7*250)
+		if _, err := p.Enqueue(ctx, "job.payroll", []byte(payload), EnqueueOptions{ID: id}); err != nil && ctx.Err() == nil {
+			onErr(err)
+		}
+	}
+}

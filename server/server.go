@@ -1,0 +1,307 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+)
+
+// ErrStoreLocked is returned by Start when another process holds StoreDir.
+var ErrStoreLocked = errors.New("store dir is in use by another jobq")
+
+// ErrInsecureListen is returned by Config.Validate for a non-loopback Listen
+// address without authentication or Insecure.
+var ErrInsecureListen = errors.New("listening on a non-loopback address needs authentication")
+
+// Config configures the embedded server. The zero value of each field other
+// than StoreDir means its default.
+type Config struct {
+	// StoreDir is where JetStream keeps its files. Required.
+	StoreDir string
+	// Listen is the host:port of the NATS client port. Empty means
+	// in-process only: no TCP listener. Port 0 picks a free port.
+	Listen string
+	// Token, or User with Password, is the credential clients must present.
+	// NKey is a user public key clients authenticate with instead. Empty
+	// means no authentication.
+	Token    string
+	User     string
+	Password string
+	NKey     string
+	// Insecure allows a non-loopback Listen without authentication.
+	Insecure bool
+	// TLSCert and TLSKey, both set, turn on TLS for the client port.
+	TLSCert string
+	TLSKey  string
+	// SyncInterval is how often JetStream fsyncs its files. Defaults to 1s.
+	// SyncAlways fsyncs every write instead.
+	SyncInterval time.Duration
+	SyncAlways   bool
+	// MaxStore and MaxMemory cap JetStream's file and memory storage in
+	// bytes. Default to nats-server's own limits (75% of disk and memory).
+	MaxStore  int64
+	MaxMemory int64
+	// MaxPayload is the largest message the server accepts. Defaults to 1 MiB.
+	MaxPayload int32
+	// ReadyTimeout bounds the wait for the server to accept connections.
+	// Defaults to 30s.
+	ReadyTimeout time.Duration
+	// Logger receives the server's log lines with component=nats.
+	Logger zerolog.Logger
+	// Debug passes nats-server's debug lines through.
+	Debug bool
+
+	internalPassword string // for jobq's own clients beside an nkey user
+}
+
+// internalUser is the user jobq's in-process clients use when the client
+// port authenticates by nkey.
+const internalUser = "jobq-internal"
+
+func (c Config) withDefaults() Config {
+	if c.SyncInterval == 0 {
+		c.SyncInterval = time.Second
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = 1 << 20
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	if c.StoreDir == "" {
+		return errors.New("store dir is empty: pass --store-dir")
+	}
+	if (c.User == "") != (c.Password == "") {
+		return errors.New("--user and --password go together: pass both or neither")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together: pass both or neither")
+	}
+	if c.SyncInterval < 0 {
+		return fmt.Errorf("sync interval %s is negative", c.SyncInterval)
+	}
+	if c.Listen == "" {
+		return nil
+	}
+	host, _, err := splitListen(c.Listen)
+	if err != nil {
+		return err
+	}
+	if !isLoopback(host) && !c.hasAuth() && !c.Insecure {
+		return fmt.Errorf("%w: %s is not loopback; pass --token, --user and --password, or --nkey, or --insecure to accept anyone", ErrInsecureListen, c.Listen)
+	}
+	return nil
+}
+
+func (c Config) hasAuth() bool { return c.Token != "" || c.User != "" || c.NKey != "" }
+
+// Server is a running embedded NATS server with JetStream.
+type Server struct {
+	ns   *natsserver.Server
+	lock *os.File
+	cfg  Config
+	log  zerolog.Logger
+}
+
+// Start starts the server on cfg.StoreDir and returns once it accepts
+// connections. The caller must call Shutdown.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(cfg.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("store dir %s: %w", cfg.StoreDir, err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create store dir: %w; pass a writable --store-dir", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.NKey != "" {
+		cfg.internalPassword = nuid.Next() + nuid.Next()
+	}
+	opts, err := cfg.options(dir)
+	if err != nil {
+		unlockDir(lock)
+		return nil, err
+	}
+	ns, err := natsserver.NewServer(opts)
+	if err != nil {
+		unlockDir(lock)
+		return nil, fmt.Errorf("configure nats server: %w", err)
+	}
+	log := cfg.Logger.With().Str("component", "nats").Logger()
+	adapter := &logAdapter{log: log}
+	ns.SetLoggerV2(adapter, cfg.Debug, false, false)
+
+	ns.Start()
+	if err := waitReady(ctx, ns, adapter, cfg.ReadyTimeout); err != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		unlockDir(lock)
+		return nil, err
+	}
+	if !ns.JetStreamEnabled() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		unlockDir(lock)
+		return nil, fmt.Errorf("jetstream did not start in %s; check the log above and the store dir's permissions", dir)
+	}
+	return &Server{ns: ns, lock: lock, cfg: cfg, log: log}, nil
+}
+
+func waitReady(ctx context.Context, ns *natsserver.Server, log *logAdapter, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if ns.ReadyForConnections(100 * time.Millisecond) {
+			return nil
+		}
+		if msg := log.lastFatal(); msg != "" {
+			return fmt.Errorf("start nats server: %s", msg)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("wait for nats server: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats server not ready after %s; is the listen address free?", limit)
+		}
+	}
+}
+
+func (c Config) options(dir string) (*natsserver.Options, error) {
+	opts := &natsserver.Options{
+		ServerName:         "jobq",
+		JetStream:          true,
+		StoreDir:           dir,
+		SyncInterval:       c.SyncInterval,
+		SyncAlways:         c.SyncAlways,
+		JetStreamMaxStore:  c.MaxStore,
+		JetStreamMaxMemory: c.MaxMemory,
+		MaxPayload:         c.MaxPayload,
+		NoSigs:             true,
+		DontListen:         c.Listen == "",
+		Authorization:      c.Token,
+		Username:           c.User,
+		Password:           c.Password,
+	}
+	if c.NKey != "" {
+		// Nkey users sign with a seed the server never sees, so jobq's own
+		// in-process clients get a password user of their own alongside.
+		opts.Nkeys = []*natsserver.NkeyUser{{Nkey: c.NKey}}
+		opts.Users = []*natsserver.User{{Username: internalUser, Password: c.internalPassword}}
+	}
+	if c.Listen != "" {
+		host, port, err := splitListen(c.Listen)
+		if err != nil {
+			return nil, err
+		}
+		opts.Host, opts.Port = host, port
+	}
+	if c.TLSCert != "" {
+		tc, err := natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: c.TLSCert, KeyFile: c.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("load --tls-cert and --tls-key: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = tc, true, 2
+	}
+	return opts, nil
+}
+
+// splitListen parses host:port; port 0 means any free port.
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("listen address %q: want host:port, e.g. 127.0.0.1:4222", addr)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("listen address %q: port must be 0-65535", addr)
+	}
+	if port == 0 {
+		port = natsserver.RANDOM_PORT
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return host, port, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Connect returns a client connection to the server that does not use the
+// network (nats.InProcessServer).
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.InProcessServer(s.ns), nats.Name("jobq")}, opts...)
+	switch {
+	case s.cfg.Token != "":
+		opts = append(opts, nats.Token(s.cfg.Token))
+	case s.cfg.User != "":
+		opts = append(opts, nats.UserInfo(s.cfg.User, s.cfg.Password))
+	case s.cfg.NKey != "":
+		opts = append(opts, nats.UserInfo(internalUser, s.cfg.internalPassword))
+	}
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect in-process: %w", err)
+	}
+	return nc, nil
+}
+
+// ClientURL returns the nats:// URL of the client port, or "" without one.
+func (s *Server) ClientURL() string {
+	if s.cfg.Listen == "" {
+		return ""
+	}
+	return s.ns.ClientURL()
+}
+
+// StoreDir returns the absolute store directory.
+func (s *Server) StoreDir() string { return s.ns.JetStreamConfig().StoreDir }
+
+// Shutdown stops the server, waits until it has stopped and releases the
+// store lock. It is safe to call more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.ns == nil {
+		return nil
+	}
+	s.log.Info().Msg("shutting down nats server")
+	done := make(chan struct{})
+	go func() {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("shut down nats server: %w", ctx.Err())
+	}
+	unlockDir(s.lock)
+	s.ns, s.lock = nil, nil
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package servertest starts embedded jobq servers for tests, the way
+// net/http/httptest starts HTTP servers: each in its own t.TempDir(), stopped
+// by t.Cleanup.
+package servertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/jobq/jobq/server"
+)
+
+// Start starts a server that only accepts in-process connections, stored in
+// a fresh temporary directory.
+func Start(t testing.TB) *server.Server {
+	t.Helper()
+	return StartConfig(t, server.Config{Logger: Logger(t)})
+}
+
+// StartListening starts a server on a free loopback port.
+func StartListening(t testing.TB) *server.Server {
+	t.Helper()
+	return StartConfig(t, server.Config{Listen: "127.0.0.1:0", Logger: Logger(t)})
+}
+
+// StartConfig starts a server with cfg; an empty StoreDir becomes a fresh
+// temporary directory.
+func StartConfig(t testing.TB, cfg server.Config) *server.Server {
+	t.Helper()
+	if cfg.StoreDir == "" {
+		cfg.StoreDir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start server: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("shut down server: %v", err)
+		}
+	})
+	return s
+}
+
+// Connect returns an in-process connection to s, closed by t.Cleanup.
+func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := s.Connect(opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Logger returns a logger that writes warnings and errors to t.Log.
+func Logger(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.ConsoleWriter{Out: testWriter{t}, NoColor: true}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
