@@ -214,7 +214,6 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 		_, noColor := os.LookupEnv("NO_COLOR")
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: noColor}
 	}
-	zerolog.DurationFieldUnit = time.Millisecond // "took": 1.25 means 1.25 ms
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 

@@ -1,0 +1,60 @@
+# jobq: `make run` starts the demo, `make test` runs every test.
+GO        ?= go
+BIN       := bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo none)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+NATS_CLI  := github.com/nats-io/natscli/nats@v0.5.0
+PREFIX    ?= /usr/local
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## show the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/jobq
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/jobq .
+
+.PHONY: run
+run: build ## build and run jobq serve --demo on ./jobq-data
+	./$(BIN)/jobq serve --demo
+
+$(BIN)/nats:
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install $(NATS_CLI)
+
+.PHONY: test
+test: $(BIN)/nats ## run every test with -race (builds the nats CLI for the compatibility tests)
+	JOBQ_NATS_CLI=$(CURDIR)/$(BIN)/nats $(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+
+.PHONY: soak
+soak: ## the crash test, long: many jobs, many SIGKILLs
+	JOBQ_SOAK=1 $(GO) test -run 'TestCrash' -count=1 -timeout 60m -v .
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for a while
+	$(GO) test -run x -fuzz FuzzKey -fuzztime 30s ./data/
+	$(GO) test -run x -fuzz FuzzParseSpec -fuzztime 30s ./handlers/
+	$(GO) test -run x -fuzz FuzzParseRoute -fuzztime 30s ./handlers/
+
+.PHONY: bench
+bench: build ## Go benchmarks of the ledger, router and pipeline
+	$(GO) test -run x -bench . -benchmem ./data/ ./handlers/ ./queue/
+
+.PHONY: lint
+lint: ## gofmt, go vet
+	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)
+	$(GO) vet ./...
+
+.PHONY: tidy
+tidy: ## go mod tidy
+	$(GO) mod tidy
+
+.PHONY: install
+install: build ## install bin/jobq to $(PREFIX)/bin
+	install -D -m 0755 $(BIN)/jobq $(DESTDIR)$(PREFIX)/bin/jobq
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf $(BIN)
