@@ -157,7 +157,7 @@ func parseHookURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("invalid URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("URL %s: scheme is %q, want http or https", redactURL(u), u.Scheme)
+		return nil, fmt.Errorf("URL %s has scheme %q, not http or https", redactURL(u), u.Scheme)
 	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("URL %s has no host", redactURL(u))

@@ -143,7 +143,7 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}
-	if err := obj.Dead.DeleteMsg(ctx, d.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := deleteMsg(ctx, obj.Dead, d.Seq); err != nil {
 		return ack, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
 	}
 	return ack, nil

@@ -75,6 +75,11 @@ func (p *Pool) Start(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("worker pool already started")
 	}
+	sub, seqs, err := p.watchExhausted()
+	if err != nil {
+		p.running.Store(false)
+		return err
+	}
 	fetchCtx, fetchCancel := context.WithCancel(ctx)
 	workCtx, workCancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.fetchCancel, p.workCancel = fetchCancel, workCancel
@@ -95,7 +100,8 @@ func (p *Pool) Start(ctx context.Context) error {
 	p.sweeping.Add(1)
 	go func() {
 		defer p.sweeping.Done()
-		p.sweeper(fetchCtx)
+		defer sub.Unsubscribe()
+		p.sweeper(fetchCtx, seqs)
 	}()
 	p.log.Info().Int("workers", p.cfg.Workers).Str("consumer", ConsumerWorker).Msg("workers started")
 	return nil

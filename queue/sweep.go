@@ -16,20 +16,24 @@ import (
 // sweep moves jobs whose deliveries ran out from JOB to DLQ.
 //
 // In a work-queue stream such a job is never delivered again and never
-// removed: the server only moves WORKER's ack floor past it and sends a
-// MAX_DELIVERIES advisory, which is lost while jobq is down. So every job
-// still stored at or below the ack floor is exhausted (acked jobs are
-// deleted). For each: a done record means the ack was lost, so it is
-// removed; a live claim is left to its holder; anything else is
-// dead-lettered with the ledger's last error, recorded failed and removed.
+// removed: the server drops it from WORKER's pending set and sends one
+// MAX_DELIVERIES advisory, which is lost while jobq is down. The advisory
+// handler moves the one job it names. sweep finds the rest: when WORKER has
+// no job pending, every job still stored at or below its delivered sequence
+// has been delivered and is not pending, so its deliveries ran out. With
+// jobs pending the two cannot be told apart, so sweep waits for a quiet
+// moment (it runs every AckWait).
 func (p *Pool) sweep(ctx context.Context) (int, error) {
 	info, err := p.obj.Worker.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read consumer %s: %w", ConsumerWorker, err)
 	}
-	floor := info.AckFloor.Stream
+	if info.NumAckPending > 0 {
+		return 0, nil
+	}
+	last := info.Delivered.Stream
 	moved := 0
-	for seq := uint64(1); seq <= floor; {
+	for seq := uint64(1); seq <= last; {
 		m, err := p.obj.Jobs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectJobs))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
@@ -37,7 +41,7 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return moved, fmt.Errorf("read %s: %w", StreamJob, err)
 		}
-		if m.Sequence > floor {
+		if m.Sequence > last {
 			break
 		}
 		seq = m.Sequence + 1
@@ -52,6 +56,22 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
+// sweepSeq moves the job at seq, named by a MAX_DELIVERIES advisory.
+func (p *Pool) sweepSeq(ctx context.Context, seq uint64) (bool, error) {
+	m, err := p.obj.Jobs.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", StreamJob, err)
+	}
+	return p.sweepOne(ctx, m)
+}
+
+// sweepOne dead-letters one exhausted job: a done record means only the ack
+// was lost, so the job is just removed; a live claim is left to its holder;
+// anything else goes to DLQ with the ledger's last error and is recorded
+// failed, then removed from JOB.
 func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, error) {
 	job := &data.Job{
 		ID: jobID(m.Header, m.Sequence), Subject: m.Subject, Seq: m.Sequence,
@@ -61,7 +81,7 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	rec, err := p.ledger.Get(ctx, job.ID)
 	switch {
 	case err == nil && rec.State == data.StateDone:
-		if err := p.obj.Jobs.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
 			return false, fmt.Errorf("remove done job %s: %w", job.ID, err)
 		}
 		return false, nil
@@ -83,57 +103,79 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
 		log.Error().Err(err).Msg("record dead-lettered job")
 	}
-	if err := p.obj.Jobs.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
 		return false, fmt.Errorf("remove dead-lettered job %s from %s: %w", job.ID, StreamJob, err)
 	}
 	log.Error().Str("error", cause).Msg("job dead-lettered: deliveries exhausted")
 	return true, nil
 }
 
-// sweeper runs sweep at start, after every MAX_DELIVERIES advisory and every
-// AckWait, until ctx ends.
-func (p *Pool) sweeper(ctx context.Context) {
-	kick := make(chan struct{}, 1)
+// watchExhausted subscribes to WORKER's MAX_DELIVERIES advisories. It is
+// called before the first fetch, so no advisory is missed while jobq runs.
+func (p *Pool) watchExhausted() (*nats.Subscription, chan uint64, error) {
+	seqs := make(chan uint64, 1024)
 	sub, err := p.obj.JS.Conn().Subscribe(AdvisoryMaxDeliveries, func(m *nats.Msg) {
 		var adv struct {
 			StreamSeq uint64 `json:"stream_seq"`
 		}
-		if json.Unmarshal(m.Data, &adv) == nil {
-			p.log.Debug().Uint64("seq", adv.StreamSeq).Msg("max deliveries advisory")
+		if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
+			p.log.Warn().Err(err).Msg("unreadable max deliveries advisory")
+			return
 		}
 		select {
-		case kick <- struct{}{}:
-		default:
+		case seqs <- adv.StreamSeq:
+		default: // full: the periodic sweep finds it
 		}
 	})
 	if err != nil {
-		p.log.Warn().Err(err).Msg("subscribe to max deliveries advisories: sweeping on a timer only")
-	} else {
-		defer sub.Unsubscribe()
+		return nil, nil, fmt.Errorf("subscribe to %s: %w", AdvisoryMaxDeliveries, err)
 	}
+	return sub, seqs, nil
+}
+
+// sweeper moves the job of every advisory, and runs sweep at start and every
+// AckWait, until ctx ends.
+func (p *Pool) sweeper(ctx context.Context, seqs <-chan uint64) {
 	t := time.NewTicker(p.cfg.AckWait)
 	defer t.Stop()
-	for {
-		opCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		n, err := p.sweep(opCtx)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			p.log.Error().Err(err).Msg("sweep exhausted jobs")
+	run := func(f func(context.Context) (int, error)) {
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		n, err := f(opCtx)
+		if err != nil {
+			p.log.Error().Err(err).Msg("move exhausted jobs to the dead-letter stream")
 		}
 		if n > 0 {
 			p.log.Warn().Int("jobs", n).Msg("exhausted jobs dead-lettered")
 		}
+	}
+	run(p.sweep)
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-kick:
-			// The advisory comes before the ack floor moves; give it a moment.
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-				return
-			}
+		case seq := <-seqs:
+			run(func(ctx context.Context) (int, error) {
+				ok, err := p.sweepSeq(ctx, seq)
+				if ok {
+					return 1, err
+				}
+				return 0, err
+			})
 		case <-t.C:
+			run(p.sweep)
 		}
 	}
+}
+
+// deleteMsg removes seq from s; a message already gone is not an error.
+func deleteMsg(ctx context.Context, s jetstream.Stream, seq uint64) error {
+	err := s.DeleteMsg(ctx, seq)
+	if err == nil {
+		return nil
+	}
+	if _, gerr := s.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	return err
 }

@@ -1,0 +1,652 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server"
+	"github.com/jobq/jobq/server/servertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats-server keeps process-wide goroutines once JetStream started.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*jsAccount).updateUsage"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+	)
+}
+
+// testBundle is one embedded server with jobq provisioned on it.
+type testBundle struct {
+	srv  *server.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	obj  *queue.Objects
+	prod *queue.Producer
+	cfg  queue.Config
+}
+
+func setup(t *testing.T, cfg queue.Config) *testBundle {
+	t.Helper()
+	return setupOn(t, servertest.Start(t), cfg)
+}
+
+func setupOn(t *testing.T, srv *server.Server, cfg queue.Config) *testBundle {
+	t.Helper()
+	if cfg.RetryBackoff == nil {
+		cfg.RetryBackoff = []time.Duration{10 * time.Millisecond}
+	}
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = 200 * time.Millisecond
+	}
+	nc := servertest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	obj, err := queue.Provision(context.Background(), js, cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	return &testBundle{srv: srv, nc: nc, js: js, obj: obj, prod: queue.NewProducer(js, cfg), cfg: obj.Config}
+}
+
+// startPool starts a pool over h, stopped (with a generous timeout) by
+// t.Cleanup unless the test stops it first.
+func (b *testBundle) startPool(t *testing.T, h handlers.Handler) *queue.Pool {
+	t.Helper()
+	p := queue.NewPool(b.obj, h, servertest.Logger(t))
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("start pool: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			t.Errorf("stop pool: %v", err)
+		}
+	})
+	return p
+}
+
+func (b *testBundle) enqueue(t *testing.T, subject, id string, payload string) *jetstream.PubAck {
+	t.Helper()
+	ack, err := b.prod.Enqueue(context.Background(), subject, []byte(payload), queue.EnqueueOptions{ID: id})
+	if err != nil {
+		t.Fatalf("enqueue %s: %v", id, err)
+	}
+	return ack
+}
+
+func (b *testBundle) record(t *testing.T, id string) data.Record {
+	t.Helper()
+	rec, err := data.NewLedger(b.obj.Ledger, time.Minute).Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("ledger record %s: %v", id, err)
+	}
+	return rec
+}
+
+func (b *testBundle) status(t *testing.T) queue.Status {
+	t.Helper()
+	st, err := queue.ReadStatus(context.Background(), b.obj)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	return st
+}
+
+// waitFor polls f until it returns nil or the deadline passes.
+func waitFor(t *testing.T, limit time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", limit, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *testBundle) waitState(t *testing.T, id string, want data.State) data.Record {
+	t.Helper()
+	var rec data.Record
+	waitFor(t, 20*time.Second, func() error {
+		var err error
+		rec, err = data.NewLedger(b.obj.Ledger, time.Minute).Get(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		if rec.State != want {
+			return fmt.Errorf("job %s: got state %s, want %s", id, rec.State, want)
+		}
+		return nil
+	})
+	return rec
+}
+
+func (b *testBundle) waitDrained(t *testing.T) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() error {
+		st := b.status(t)
+		if st.Stream.Messages != 0 || st.Consumer.AckPending != 0 {
+			return fmt.Errorf("JOB holds %d jobs, %d ack pending; want 0 and 0", st.Stream.Messages, st.Consumer.AckPending)
+		}
+		return nil
+	})
+}
+
+// counter counts handler runs per job ID and the most that ran at once.
+type counter struct {
+	mu      sync.Mutex
+	runs    map[string]int
+	running map[string]int
+	overlap int
+}
+
+func newCounter() *counter { return &counter{runs: map[string]int{}, running: map[string]int{}} }
+
+func (c *counter) wrap(h handlers.HandlerFunc) handlers.Handler {
+	return handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		c.mu.Lock()
+		c.runs[job.ID]++
+		c.running[job.ID]++
+		if c.running[job.ID] > 1 {
+			c.overlap++
+		}
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			c.running[job.ID]--
+			c.mu.Unlock()
+		}()
+		return h(ctx, job)
+	})
+}
+
+func (c *counter) get(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[id]
+}
+
+func ok(context.Context, *data.Job) error { return nil }
+
+func TestPoolRunsEveryJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 8})
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	const n = 300
+	for i := range n {
+		b.enqueue(t, "job.batch", fmt.Sprintf("job-%d", i), "x")
+	}
+	b.waitDrained(t)
+	for i := range n {
+		id := fmt.Sprintf("job-%d", i)
+		if got := c.get(id); got != 1 {
+			t.Errorf("job %s ran %d times, want 1", id, got)
+		}
+		if rec := b.record(t, id); rec.State != data.StateDone || rec.Attempts != 1 {
+			t.Errorf("job %s: got state %s attempts %d, want done 1", id, rec.State, rec.Attempts)
+		}
+	}
+	if st := b.status(t); st.Ledger.Records != n {
+		t.Errorf("ledger holds %d records, want %d", st.Ledger.Records, n)
+	}
+}
+
+func TestEnqueueDedupe(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	first := b.enqueue(t, "job.email", "welcome-1", "a")
+	second := b.enqueue(t, "job.email", "welcome-1", "a")
+	if first.Duplicate || !second.Duplicate || first.Sequence != second.Sequence {
+		t.Errorf("got acks %+v and %+v, want the second a duplicate of the first", first, second)
+	}
+	if st := b.status(t); st.Stream.Messages != 1 {
+		t.Errorf("JOB holds %d jobs, want 1", st.Stream.Messages)
+	}
+	noID := b.enqueue(t, "job.email", "", "a")
+	noID2 := b.enqueue(t, "job.email", "", "a")
+	if noID.Duplicate || noID2.Duplicate || noID.Sequence == noID2.Sequence {
+		t.Errorf("jobs without an ID: got %+v and %+v, want two distinct jobs", noID, noID2)
+	}
+}
+
+func TestEnqueueRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxPayload: 16})
+	tests := []struct {
+		name, subject, id, payload string
+		want                       error
+	}{
+		{name: "outside job", subject: "foo.bar"},
+		{name: "empty subject", subject: ""},
+		{name: "bare job", subject: "job"},
+		{name: "wildcard", subject: "job.*"},
+		{name: "too large", subject: "job.x", payload: "0123456789abcdefg", want: queue.ErrPayloadTooLarge},
+		{name: "newline in id", subject: "job.x", id: "a\nb", want: queue.ErrBadID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := b.prod.Enqueue(context.Background(), tt.subject, []byte(tt.payload), queue.EnqueueOptions{ID: tt.id})
+			if err == nil {
+				t.Fatalf("got no error, want one")
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Errorf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if st := b.status(t); st.Stream.Messages != 0 {
+		t.Errorf("JOB holds %d jobs, want 0", st.Stream.Messages)
+	}
+}
+
+func TestOddIDsAreProcessed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	long := make([]byte, 1024)
+	for i := range long {
+		long[i] = 'a' + byte(i%26)
+	}
+	ids := []string{"with space", "a/b/c", "star*", "gt>", "dots.in.id", "ünïcødé ✓", "=looks-encoded", string(long), "seq-1"}
+	for _, id := range ids {
+		b.enqueue(t, "job.odd", id, id)
+	}
+	b.waitDrained(t)
+	for _, id := range ids {
+		if got := c.get(id); got != 1 {
+			t.Errorf("job %q ran %d times, want 1", id, got)
+		}
+		if rec := b.record(t, id); rec.State != data.StateDone || rec.ID != id {
+			t.Errorf("job %q: got record %+v, want done with its ID", id, rec)
+		}
+	}
+}
+
+func TestDoneMeansDoneAfterDedupeWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{DedupeWindow: time.Second})
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	b.enqueue(t, "job.pay", "pay-1", "x")
+	b.waitState(t, "pay-1", data.StateDone)
+	b.waitDrained(t)
+	// Once the window passed, the stream stores the same ID again.
+	var ack *jetstream.PubAck
+	waitFor(t, 10*time.Second, func() error {
+		ack = b.enqueue(t, "job.pay", "pay-1", "x")
+		if ack.Duplicate {
+			return errors.New("still inside the dedupe window")
+		}
+		return nil
+	})
+	b.waitDrained(t)
+	if got := c.get("pay-1"); got != 1 {
+		t.Errorf("job ran %d times, want 1: a recorded completion must hold after the dedupe window", got)
+	}
+}
+
+func TestHeartbeatKeepsLongJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	c := newCounter()
+	slow := c.wrap(func(ctx context.Context, job *data.Job) error {
+		select {
+		case <-time.After(3500 * time.Millisecond): // 3.5 ack waits
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	// Two pools, as two processes would be: a redelivery would reach the other.
+	b.startPool(t, slow)
+	b.startPool(t, slow)
+	b.enqueue(t, "job.long", "long-1", "x")
+	rec := b.waitState(t, "long-1", data.StateDone)
+	if got := c.get("long-1"); got != 1 || rec.Attempts != 1 {
+		t.Errorf("job ran %d times with %d attempts recorded, want 1 and 1", got, rec.Attempts)
+	}
+	if st := b.status(t); st.Consumer.Redelivered != 0 {
+		t.Errorf("consumer counts %d redelivered, want 0", st.Consumer.Redelivered)
+	}
+}
+
+func TestSameJobNeverRunsTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 4})
+	c := newCounter()
+	release := make(chan struct{})
+	h := c.wrap(func(ctx context.Context, job *data.Job) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	b.startPool(t, h)
+	b.startPool(t, h)
+	// Three stored copies of one job: distinct messages, one job ID.
+	for i := range 3 {
+		m := nats.NewMsg("job.dup")
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("copy-%d", i))
+		m.Header.Set(queue.HeaderJobID, "dup-1")
+		if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	// The copies that lost the claim are acked as duplicates while the
+	// first still runs.
+	waitFor(t, 10*time.Second, func() error {
+		if st := b.status(t); st.Stream.Messages != 1 {
+			return fmt.Errorf("JOB holds %d jobs, want the running one only", st.Stream.Messages)
+		}
+		return nil
+	})
+	close(release)
+	b.waitDrained(t)
+	if got := c.get("dup-1"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
+	}
+}
+
+func TestFailedJobsRetryThenDeadLetter(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		handler   handlers.HandlerFunc
+		wantRuns  int
+		wantError string
+	}{
+		{name: "error", handler: func(context.Context, *data.Job) error { return errors.New("smtp down") }, wantRuns: 3, wantError: "smtp down"},
+		{name: "permanent", handler: func(context.Context, *data.Job) error { return handlers.Permanent(errors.New("bad address")) }, wantRuns: 1, wantError: "bad address"},
+		{name: "panic", handler: func(context.Context, *data.Job) error { panic("nil map") }, wantRuns: 3, wantError: "handler panic: nil map"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{MaxDeliver: 3})
+			c := newCounter()
+			b.startPool(t, c.wrap(tt.handler))
+			b.enqueue(t, "job.mail", "mail-1", "hello")
+			rec := b.waitState(t, "mail-1", data.StateFailed)
+			b.waitDrained(t)
+			if got := c.get("mail-1"); got != tt.wantRuns || rec.Attempts != tt.wantRuns {
+				t.Errorf("ran %d times, %d attempts recorded; want %d", got, rec.Attempts, tt.wantRuns)
+			}
+			if rec.LastError != tt.wantError {
+				t.Errorf("ledger last error: got %q, want %q", rec.LastError, tt.wantError)
+			}
+			dl, err := queue.FindDeadLetter(context.Background(), b.obj, "mail-1")
+			if err != nil {
+				t.Fatalf("find dead letter: %v", err)
+			}
+			if dl.Subject != "job.mail" || string(dl.Payload) != "hello" || dl.Error != tt.wantError || dl.Attempts != tt.wantRuns {
+				t.Errorf("dead letter: got %+v, want job.mail/hello/%q/%d", dl, tt.wantError, tt.wantRuns)
+			}
+		})
+	}
+}
+
+func TestDeadLetterRetryRunsAgainUnderLedger(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	var fail atomic.Bool
+	fail.Store(true)
+	c := newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+		if fail.Load() {
+			return errors.New("not yet")
+		}
+		return nil
+	}))
+	b.enqueue(t, "job.r", "r-1", "x")
+	b.waitState(t, "r-1", data.StateFailed)
+	fail.Store(false)
+	dl, err := queue.FindDeadLetter(context.Background(), b.obj, "r-1")
+	if err != nil {
+		t.Fatalf("find dead letter: %v", err)
+	}
+	// Inside the dedupe window, and still run: the retry has a fresh Nats-Msg-Id.
+	if _, err := queue.RetryDeadLetter(context.Background(), b.obj, dl); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	rec := b.waitState(t, "r-1", data.StateDone)
+	if rec.Attempts != 2 || c.get("r-1") != 2 {
+		t.Errorf("got %d attempts recorded, %d runs; want 2 and 2", rec.Attempts, c.get("r-1"))
+	}
+	if st := b.status(t); st.DLQ.Messages != 0 {
+		t.Errorf("DLQ holds %d, want 0 after retry", st.DLQ.Messages)
+	}
+	// Retrying the same dead letter twice stores it once.
+	again, err := queue.RetryDeadLetter(context.Background(), b.obj, dl)
+	if err != nil {
+		t.Fatalf("retry again: %v", err)
+	}
+	if !again.Duplicate {
+		t.Errorf("second retry of dead letter %d: got a new job %d, want a duplicate", dl.Seq, again.Sequence)
+	}
+}
+
+func TestShutdownLetsRunningJobsFinish(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	started := make(chan struct{})
+	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}), servertest.Logger(t))
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job.s", "s-1", "x")
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if rec := b.record(t, "s-1"); rec.State != data.StateDone {
+		t.Errorf("got state %s, want done", rec.State)
+	}
+	b.waitDrained(t)
+}
+
+func TestShutdownCutsOffAndNextAttemptIsResumed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	started := make(chan struct{})
+	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}), servertest.Logger(t))
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job.s", "cut-1", "x")
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if rec := b.record(t, "cut-1"); rec.State != data.StateRetrying || rec.LastError != data.CauseCutOff {
+		t.Fatalf("got %s %q, want retrying %q", rec.State, rec.LastError, data.CauseCutOff)
+	}
+	var seen atomic.Pointer[data.Job]
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		seen.Store(job)
+		return nil
+	}))
+	b.waitState(t, "cut-1", data.StateDone)
+	if j := seen.Load(); j == nil || !j.Resumed || j.Attempt != 2 {
+		t.Errorf("second attempt: got %+v, want resumed attempt 2", j)
+	}
+}
+
+func TestExhaustedJobsAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// missedAdvisory lets the server give up on the job before jobq
+		// runs, so only the sweep on start can find it.
+		missedAdvisory bool
+	}{
+		{name: "advisory while running"},
+		{name: "advisory missed while down", missedAdvisory: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{MaxDeliver: 2})
+			b.enqueue(t, "job.ext", "ext-1", "x")
+			// An outside worker fails the job on every delivery.
+			for range 2 {
+				msg, err := b.obj.Worker.Next(jetstream.FetchMaxWait(5 * time.Second))
+				if err != nil {
+					t.Fatalf("next: %v", err)
+				}
+				if err := msg.Nak(); err != nil {
+					t.Fatalf("nak: %v", err)
+				}
+			}
+			if tt.missedAdvisory {
+				// A pull makes the server give up on the job and advise it,
+				// with no jobq listening.
+				waitFor(t, 10*time.Second, func() error {
+					b.obj.Worker.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
+					if st := b.status(t); st.Consumer.AckPending != 0 {
+						return fmt.Errorf("%d ack pending, want 0", st.Consumer.AckPending)
+					}
+					return nil
+				})
+				if st := b.status(t); st.Stream.Messages != 1 {
+					t.Fatalf("JOB holds %d jobs, want the exhausted one", st.Stream.Messages)
+				}
+			}
+			b.startPool(t, handlers.HandlerFunc(ok))
+			rec := b.waitState(t, "ext-1", data.StateFailed)
+			b.waitDrained(t)
+			if st := b.status(t); st.DLQ.Messages != 1 || st.Stream.Messages != 0 {
+				t.Errorf("got JOB %d / DLQ %d, want 0 / 1", st.Stream.Messages, st.DLQ.Messages)
+			}
+			if rec.LastError == "" {
+				t.Errorf("ledger explains nothing: %+v", rec)
+			}
+		})
+	}
+}
+
+func TestRestartKeepsJobsAndLedger(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := server.Config{StoreDir: dir, Logger: servertest.Logger(t)}
+	ctx := context.Background()
+
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setupOn(t, srv, queue.Config{})
+	c := newCounter()
+	p := queue.NewPool(b.obj, c.wrap(ok), servertest.Logger(t))
+	p.Start(ctx)
+	for i := range 5 {
+		b.enqueue(t, "job.a", fmt.Sprintf("a-%d", i), "x")
+	}
+	b.waitDrained(t)
+	p.Stop(ctx)
+	for i := range 5 { // pending across the restart
+		b.enqueue(t, "job.b", fmt.Sprintf("b-%d", i), "x")
+	}
+	b.nc.Close()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	b2 := setup2(t, cfg)
+	if st := b2.status(t); st.Stream.Messages != 5 || st.Ledger.Records != 5 {
+		t.Fatalf("after restart: JOB %d, ledger %d; want 5 and 5", st.Stream.Messages, st.Ledger.Records)
+	}
+	b2.startPool(t, c.wrap(ok))
+	// The dedupe table is rebuilt only from stored jobs: the done ones can
+	// be stored again, and the ledger keeps them from running.
+	for i := range 5 {
+		b2.enqueue(t, "job.a", fmt.Sprintf("a-%d", i), "x")
+	}
+	b2.waitDrained(t)
+	for _, prefix := range []string{"a", "b"} {
+		for i := range 5 {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			if got := c.get(id); got != 1 {
+				t.Errorf("job %s ran %d times, want 1", id, got)
+			}
+		}
+	}
+}
+
+// setup2 starts a server on cfg.StoreDir (shut down by t.Cleanup).
+func setup2(t *testing.T, cfg server.Config) *testBundle {
+	return setupOn(t, servertest.StartConfig(t, cfg), queue.Config{})
+}
+
+func TestCorruptRecordDoesNotLoseJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	if _, err := b.obj.Ledger.Put(context.Background(), data.Key("junk-1"), []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	b.enqueue(t, "job.j", "junk-1", "x")
+	rec := b.waitState(t, "junk-1", data.StateDone)
+	if c.get("junk-1") != 1 || !rec.Resumed {
+		t.Errorf("got %d runs, record %+v; want 1 run marked resumed", c.get("junk-1"), rec)
+	}
+}
+
+func TestNextAndPeek(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.enqueue(t, "job.n", "n-1", "payload")
+	var got *data.Job
+	found, err := queue.Peek(context.Background(), b.obj, 5*time.Second, func(j *data.Job) error { got = j; return nil })
+	if err != nil || !found || got.ID != "n-1" {
+		t.Fatalf("peek: got %v %v %+v, want n-1", found, err, got)
+	}
+	found, err = queue.Next(context.Background(), b.obj, handlers.HandlerFunc(func(_ context.Context, j *data.Job) error { got = j; return nil }), 5*time.Second, servertest.Logger(t))
+	if err != nil || !found || got.ID != "n-1" || got.Attempt != 2 {
+		t.Fatalf("next: got %v %v %+v, want n-1 attempt 2", found, err, got)
+	}
+	if rec := b.record(t, "n-1"); rec.State != data.StateDone {
+		t.Errorf("got state %s, want done", rec.State)
+	}
+	found, err = queue.Next(context.Background(), b.obj, handlers.HandlerFunc(ok), 300*time.Millisecond, servertest.Logger(t))
+	if err != nil || found {
+		t.Errorf("next on an empty queue: got %v %v, want false nil", found, err)
+	}
+}
