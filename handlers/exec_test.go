@@ -188,6 +188,17 @@ func TestExecExitStatus(t *testing.T) {
 	}
 }
 
+func TestExecPayloadNotRead(t *testing.T) {
+	t.Parallel()
+	payload := bytes.Repeat([]byte("p"), 1<<20) // more than a pipe buffer holds
+	for _, cmd := range []string{"exit 0", "head -c 10 >/dev/null"} {
+		err := handlers.Exec(cmd, handlers.ExecOptions{}).Process(context.Background(), &data.Job{Subject: "job.x", Payload: payload})
+		if err != nil {
+			t.Errorf("Exec(%q).Process = %v, want nil", cmd, err)
+		}
+	}
+}
+
 func TestExecStderrTail(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

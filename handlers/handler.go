@@ -147,6 +147,28 @@ func (r *Router) Patterns() []string {
 	return ps
 }
 
+// ValidSubject returns nil if subject is a concrete subject a job can be
+// published on: at least two tokens, the first "job", no empty tokens, no
+// wildcards, no whitespace or control characters, valid UTF-8. Otherwise it
+// returns an error saying what is wrong.
+func ValidSubject(subject string) error {
+	reason := textProblem(subject)
+	if reason == "" {
+		switch {
+		case strings.ContainsAny(subject, "*>"):
+			reason = "contains a wildcard"
+		case !strings.HasPrefix(subject, "job."):
+			reason = `not under "job."`
+		case strings.HasSuffix(subject, ".") || strings.Contains(subject, ".."):
+			reason = "contains an empty token"
+		}
+	}
+	if reason != "" {
+		return fmt.Errorf("invalid subject %q: %s (want e.g. job.email)", subject, reason)
+	}
+	return nil
+}
+
 // match returns the most specific entry for subject, or nil. The caller
 // holds r.mu.
 func (r *Router) match(subject string) *entry {
@@ -267,26 +289,4 @@ func textProblem(s string) string {
 		return "contains whitespace or a control character"
 	}
 	return ""
-}
-
-// ValidSubject returns nil if subject is a concrete subject a job can be
-// published on: at least two tokens, the first "job", no empty tokens, no
-// wildcards, no whitespace or control characters, valid UTF-8. Otherwise it
-// returns an error saying what is wrong.
-func ValidSubject(subject string) error {
-	reason := textProblem(subject)
-	if reason == "" {
-		switch {
-		case strings.ContainsAny(subject, "*>"):
-			reason = "contains a wildcard"
-		case !strings.HasPrefix(subject, "job."):
-			reason = `not under "job."`
-		case strings.HasSuffix(subject, ".") || strings.Contains(subject, ".."):
-			reason = "contains an empty token"
-		}
-	}
-	if reason != "" {
-		return fmt.Errorf("invalid subject %q: %s (want e.g. job.email)", subject, reason)
-	}
-	return nil
 }

@@ -411,3 +411,17 @@ func FuzzRouterMatch(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkRouterMatch(b *testing.B) {
+	r := newRouter(b, "job.>", "job.*", "job.email.*", "job.email.welcome", "job.email.>", "job.*.welcome", "job.sms.*")
+	for _, subject := range []string{"job.email.welcome", "job.sms.bye.now", "job.other"} {
+		b.Run(subject, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, ok := r.Match(subject); !ok {
+					b.Fatalf("Match(%q) found nothing, want a pattern", subject)
+				}
+			}
+		})
+	}
+}

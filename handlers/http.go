@@ -64,7 +64,7 @@ func HTTP(rawURL string, client *http.Client) Handler {
 	if err != nil {
 		return &httpHandler{client: client, err: err}
 	}
-	return &httpHandler{url: u.String(), safeURL: redactURL(u), client: client}
+	return &httpHandler{url: rawURL, safeURL: redactURL(u), client: client}
 }
 
 type httpHandler struct {
