@@ -54,8 +54,11 @@ func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, 
 	var last error
 	for attempt := 1; attempt <= p.attempts; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
-		ack, err := p.js.PublishMsg(actx, msg, jetstream.WithExpectStream(StreamJob))
+		ack, err := p.js.PublishMsg(actx, msg)
 		cancel()
+		if err == nil && ack.Stream != StreamJob {
+			return nil, fmt.Errorf("enqueue job %s on %s: stored in stream %s, not %s; another stream captures this subject", id, subject, ack.Stream, StreamJob)
+		}
 		if err == nil {
 			return ack, nil
 		}
