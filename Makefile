@@ -34,13 +34,13 @@ soak: ## the crash test, long: many jobs, many SIGKILLs
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for a while
-	$(GO) test -run x -fuzz FuzzKey -fuzztime 30s ./data/
-	$(GO) test -run x -fuzz FuzzParseSpec -fuzztime 30s ./handlers/
-	$(GO) test -run x -fuzz FuzzParseRoute -fuzztime 30s ./handlers/
+	$(GO) test -run '^$$' -fuzz FuzzKey -fuzztime 30s ./data/
+	$(GO) test -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s ./handlers/
+	$(GO) test -run '^$$' -fuzz FuzzParseRoute -fuzztime 30s ./handlers/
 
 .PHONY: bench
 bench: build ## Go benchmarks of the ledger, router and pipeline
-	$(GO) test -run x -bench . -benchmem ./data/ ./handlers/ ./queue/
+	$(GO) test -run '^$$' -bench . -benchmem ./data/ ./handlers/ ./queue/
 
 .PHONY: lint
 lint: ## gofmt, go vet

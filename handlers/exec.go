@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,7 +136,9 @@ func (h *execHandler) env(job *data.Job) []string {
 	if job.Resumed {
 		resumed = "1"
 	}
-	env := os.Environ()
+	// jobq's own configuration (JOBQ_TOKEN, JOBQ_PASSWORD, ...) stays out
+	// of the command's environment: it may hold secrets.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "JOBQ_") })
 	env = slices.Grow(env, len(h.opts.Env)+5)
 	env = append(env, h.opts.Env...)
 	return append(env,
