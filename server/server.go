@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -129,8 +130,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store dir %s: %w", cfg.StoreDir, err)
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("create store dir: %w; pass a writable --store-dir", err)
+	// The parent must exist: a typo in --store-dir should not silently grow
+	// a new tree somewhere.
+	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("create store dir: %w; pass a writable --store-dir whose parent exists", err)
+	}
+	if err := checkWritable(dir); err != nil {
+		return nil, err
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -167,6 +173,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("jetstream did not start in %s; check the log above and the store dir's permissions", dir)
 	}
 	return &Server{ns: ns, lock: lock, cfg: cfg, log: log}, nil
+}
+
+// checkWritable fails early, with a clear message, on a store dir jobq
+// cannot write.
+func checkWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".jobq-write-check-*")
+	if err != nil {
+		return fmt.Errorf("store dir %s is not writable: %w; fix its permissions or pass another --store-dir", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 func waitReady(ctx context.Context, ns *natsserver.Server, log *logAdapter, limit time.Duration) error {

@@ -1,0 +1,220 @@
+package server_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"go.uber.org/goleak"
+
+	"github.com/jobq/jobq/server"
+	"github.com/jobq/jobq/server/servertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats-server keeps process-wide goroutines once JetStream started.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+	)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		cfg     server.Config
+		wantErr string
+		is      error
+	}{
+		{name: "ok loopback", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:4222"}},
+		{name: "ok in-process", cfg: server.Config{StoreDir: "x"}},
+		{name: "ok localhost", cfg: server.Config{StoreDir: "x", Listen: "localhost:0"}},
+		{name: "ok ipv6 loopback", cfg: server.Config{StoreDir: "x", Listen: "[::1]:4222"}},
+		{name: "empty store", cfg: server.Config{}, wantErr: "store dir is empty"},
+		{name: "open without auth", cfg: server.Config{StoreDir: "x", Listen: "0.0.0.0:4222"}, is: server.ErrInsecureListen},
+		{name: "all interfaces without auth", cfg: server.Config{StoreDir: "x", Listen: ":4222"}, is: server.ErrInsecureListen},
+		{name: "open with token", cfg: server.Config{StoreDir: "x", Listen: "0.0.0.0:4222", Token: "s3cret"}},
+		{name: "open insecure", cfg: server.Config{StoreDir: "x", Listen: "0.0.0.0:4222", Insecure: true}},
+		{name: "user without password", cfg: server.Config{StoreDir: "x", User: "a"}, wantErr: "go together"},
+		{name: "cert without key", cfg: server.Config{StoreDir: "x", TLSCert: "a"}, wantErr: "go together"},
+		{name: "bad listen", cfg: server.Config{StoreDir: "x", Listen: "4222"}, wantErr: "want host:port"},
+		{name: "bad port", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:99999"}, wantErr: "port must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			switch {
+			case tt.wantErr == "" && tt.is == nil && err != nil:
+				t.Errorf("got %v, want no error", err)
+			case tt.is != nil && !errors.Is(err, tt.is):
+				t.Errorf("got %v, want %v", err, tt.is)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("got %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestSecondServerOnSameStoreIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := servertest.StartConfig(t, server.Config{StoreDir: dir, Logger: servertest.Logger(t)})
+	_, err := server.Start(context.Background(), server.Config{StoreDir: dir, Logger: servertest.Logger(t)})
+	if !errors.Is(err, server.ErrStoreLocked) {
+		t.Fatalf("second start: got %v, want ErrStoreLocked", err)
+	}
+	// The first keeps serving.
+	nc := servertest.Connect(t, first)
+	if _, err := nc.JetStream(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Errorf("first server: %v", err)
+	}
+}
+
+func TestBadStoreDir(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o600)
+	tests := []struct{ name, dir, want string }{
+		{name: "missing parent", dir: filepath.Join(t.TempDir(), "no", "such", "dir"), want: "parent exists"},
+		{name: "a file", dir: file, want: "not writable"},
+		{name: "under a file", dir: filepath.Join(file, "x"), want: "create store dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := server.Start(context.Background(), server.Config{StoreDir: tt.dir, Logger: servertest.Logger(t)})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestListenTakenFailsFast(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	start := time.Now()
+	_, err = server.Start(context.Background(), server.Config{StoreDir: t.TempDir(), Listen: ln.Addr().String(), Logger: servertest.Logger(t)})
+	if err == nil {
+		t.Fatal("got no error on a taken port")
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Errorf("took %s to fail, want the listen error reported, not the ready timeout", time.Since(start))
+	}
+}
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(t.TempDir(), "user.nk")
+	os.WriteFile(seedFile, seed, 0o600)
+	nkeyOpt, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		cfg   server.Config
+		good  nats.Option
+		wrong nats.Option
+	}{
+		{name: "token", cfg: server.Config{Token: "s3cret"}, good: nats.Token("s3cret"), wrong: nats.Token("guess")},
+		{name: "user", cfg: server.Config{User: "app", Password: "pw"}, good: nats.UserInfo("app", "pw"), wrong: nats.UserInfo("app", "no")},
+		{name: "nkey", cfg: server.Config{NKey: pub}, good: nkeyOpt, wrong: nats.Token("guess")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := tt.cfg
+			cfg.Listen, cfg.Logger = "127.0.0.1:0", servertest.Logger(t)
+			srv := servertest.StartConfig(t, cfg)
+			url := srv.ClientURL()
+			if nc, err := nats.Connect(url); err == nil {
+				nc.Close()
+				t.Errorf("connect without credentials: got a connection, want refusal")
+			}
+			if nc, err := nats.Connect(url, tt.wrong); err == nil {
+				nc.Close()
+				t.Errorf("connect with wrong credentials: got a connection, want refusal")
+			}
+			nc, err := nats.Connect(url, tt.good)
+			if err != nil {
+				t.Fatalf("connect with credentials: %v", err)
+			}
+			nc.Close()
+			// jobq's own in-process connection works under every auth mode.
+			servertest.Connect(t, srv).Flush()
+		})
+	}
+}
+
+func TestTLSRoundTrip(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile := writeSelfSigned(t, dir)
+	srv := servertest.StartConfig(t, server.Config{
+		Listen: "127.0.0.1:0", TLSCert: certFile, TLSKey: keyFile, Token: "t", Logger: servertest.Logger(t),
+	})
+	url := srv.ClientURL()
+	if nc, err := nats.Connect(url, nats.Token("t")); err == nil {
+		nc.Close()
+		t.Errorf("connect without trusting the certificate: got a connection, want a TLS error")
+	}
+	nc, err := nats.Connect(url, nats.Token("t"), nats.RootCAs(certFile))
+	if err != nil {
+		t.Fatalf("connect over TLS: %v", err)
+	}
+	defer nc.Close()
+	sub, _ := nc.SubscribeSync("ping")
+	nc.Publish("ping", []byte("pong"))
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "pong" {
+		t.Errorf("round trip: got %v, %v; want pong", m, err)
+	}
+}
+
+func writeSelfSigned(t *testing.T, dir string) (string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jobq test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return certFile, keyFile
+}
