@@ -250,7 +250,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "tls-cert", EnvVars: env("tls-cert"), Usage: "TLS certificate file for the client port"},
 		&cli.StringFlag{Name: "tls-key", EnvVars: env("tls-key"), Usage: "TLS key file for the client port"},
 		&cli.StringFlag{Name: "sync", Value: "1s", EnvVars: env("sync"), Usage: "how often the store is fsynced: an interval, or always"},
-		&cli.Int64Flag{Name: "max-store", EnvVars: env("max-store"), Usage: "cap on stored bytes (0: the server's default)"},
+		&cli.Int64Flag{Name: "max-store", EnvVars: env("max-store"), Usage: "cap on stored bytes; JOB gets 3/4 of it (0: the server's default, 75% of the disk)"},
 		&cli.Int64Flag{Name: "max-memory", EnvVars: env("max-memory"), Usage: "cap on memory storage bytes (0: the server's default)"},
 	}
 	return &cli.Command{
@@ -285,6 +285,11 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	}
 	if c.IsSet("max-payload") && qc.MaxPayload <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--max-payload %d: want 1 or more", qc.MaxPayload)
+	}
+	if ms := c.Int64("max-store"); ms > 0 {
+		// JOB gets three quarters: a full JOB refuses new jobs while the
+		// ledger and DLQ keep room to finish the stored ones.
+		qc.MaxBytes = ms * 3 / 4
 	}
 	if err := qc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}

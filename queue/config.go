@@ -35,6 +35,11 @@ type Config struct {
 	// FetchWait is how long one pull waits for jobs. Defaults to 1s; it also
 	// bounds how long Stop waits for the fetcher.
 	FetchWait time.Duration
+	// MaxBytes caps the bytes JOB stores; a full JOB refuses new jobs
+	// rather than dropping stored ones. Set it below the server's storage
+	// limit so the ledger and DLQ keep room to finish the stored jobs.
+	// 0 means no cap of its own.
+	MaxBytes int64
 	// WorkerName identifies this process in ledger records. Defaults to
 	// host name and process ID.
 	WorkerName string
@@ -103,6 +108,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workers %d: want 0 or more", c.Workers)
 	case c.JobTimeout < 0:
 		return fmt.Errorf("job timeout %s is negative", c.JobTimeout)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("max bytes %d is negative", c.MaxBytes)
 	case c.MaxPayload < 0:
 		return fmt.Errorf("max payload %d is negative", c.MaxPayload)
 	}

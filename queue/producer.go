@@ -17,6 +17,10 @@ import (
 // ErrPayloadTooLarge is returned by Enqueue for a payload over MaxPayload.
 var ErrPayloadTooLarge = errors.New("payload too large")
 
+// ErrFull is returned by Enqueue when JOB or the server's store has no room:
+// stored jobs are kept, new ones are refused until workers drain some.
+var ErrFull = errors.New("job store is full")
+
 // EnqueueOptions are the optional parts of a job.
 type EnqueueOptions struct {
 	// ID is the job's Nats-Msg-Id. Empty means a fresh unique ID, so that a
@@ -63,6 +67,9 @@ func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, 
 			return ack, nil
 		}
 		last = err
+		if isFull(err) {
+			return nil, fmt.Errorf("enqueue job %s on %s: %w (%w); stored jobs are kept: wait for workers to drain JOB, or raise --max-store", id, subject, ErrFull, err)
+		}
 		if ctx.Err() != nil || !retryable(err) {
 			break
 		}
@@ -124,4 +131,20 @@ func ValidID(id string) error {
 		return fmt.Errorf("%w: %q starts or ends with white space, which headers drop", ErrBadID, id)
 	}
 	return nil
+}
+
+// isFull reports a publish refused for lack of room: the stream's MaxBytes
+// (discard new) or the account's storage limit.
+func isFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	// nats-server's codes: 10077 store failed (maximum bytes exceeded),
+	// 10023 insufficient resources, 10047 storage resources exceeded.
+	switch apiErr.ErrorCode {
+	case 10077, 10023, 10047:
+		return true
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,7 @@ func jobStreamConfig(cfg Config) jetstream.StreamConfig {
 		Discard:    jetstream.DiscardNew,
 		Duplicates: cfg.DedupeWindow,
 		MaxMsgSize: int32(cfg.MaxPayload) + 64<<10, // room for headers
+		MaxBytes:   cmp.Or(cfg.MaxBytes, -1),
 		Replicas:   1,
 	}
 }
@@ -77,6 +79,7 @@ func deadStreamConfig() jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  DefaultDedupeWindow,
+		MaxBytes:    -1,
 		Replicas:    1,
 	}
 }
@@ -102,12 +105,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return nil, fmt.Errorf("%w: stream %s has %s storage, jobq needs %s; point --store-dir elsewhere or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Storage, want.Storage)
 	}
 	next := have
-	next.Subjects, next.Duplicates, next.Discard = want.Subjects, want.Duplicates, want.Discard
+	next.Subjects, next.Duplicates, next.Discard, next.MaxBytes = want.Subjects, want.Duplicates, want.Discard, want.MaxBytes
 	if want.MaxMsgSize != 0 {
 		next.MaxMsgSize = want.MaxMsgSize
 	}
 	if slices.Equal(have.Subjects, next.Subjects) && have.Duplicates == next.Duplicates &&
-		have.Discard == next.Discard && have.MaxMsgSize == next.MaxMsgSize {
+		have.Discard == next.Discard && have.MaxMsgSize == next.MaxMsgSize && have.MaxBytes == next.MaxBytes {
 		return s, nil
 	}
 	if s, err = js.UpdateStream(ctx, next); err != nil {
@@ -116,6 +119,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	log.Info().Str("stream", want.Name).
 		Stringer("dedupe_window_was", have.Duplicates).Stringer("dedupe_window", next.Duplicates).
 		Strs("subjects_were", have.Subjects).Int32("max_msg_size_was", have.MaxMsgSize).
+		Int64("max_bytes_was", have.MaxBytes).Int64("max_bytes", next.MaxBytes).
 		Msg("stream updated in place")
 	return s, nil
 }
