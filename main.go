@@ -107,14 +107,15 @@ func flagsFirst(app *cli.App, args []string) []string {
 			positional = append(positional, rest[i:]...)
 			break
 		}
-		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		v, known := takesValue[name]
-		if !strings.HasPrefix(a, "-") || a == "-" || !known {
+		if !strings.HasPrefix(a, "-") || a == "-" {
 			positional = append(positional, a)
 			continue
 		}
+		// An unknown flag (--help, a typo) stays a flag, so the parser
+		// shows help or rejects it instead of taking it as an argument.
 		flags = append(flags, a)
-		if v && !hasValue && i+1 < len(rest) {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if takesValue[name] && !hasValue && i+1 < len(rest) {
 			i++
 			flags = append(flags, rest[i])
 		}
@@ -864,6 +865,12 @@ func dlqCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dlq",
 		Usage: "inspect and re-drive dead letters",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return badUsage("unknown command \"dlq %s\": want dlq list, show, retry or purge", c.Args().First())
+			}
+			return cli.ShowSubcommandHelp(c)
+		},
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "list dead letters, oldest first", Flags: append(clientFlags(), &cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}), Action: dlqList},
 			{Name: "show", Usage: "show one dead letter with its payload", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: clientFlags(), Action: dlqShow},
@@ -925,7 +932,11 @@ func dlqShow(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, d)
+		// The payload as text, as jobq next --json prints it, not base64.
+		return printJSON(c.App.Writer, struct {
+			queue.DeadLetter
+			Payload string `json:"payload"`
+		}{d, string(d.Payload)})
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "dlq seq: %d\nid: %s\nsubject: %s\njob seq: %d\nattempts: %d\nfailed at: %s\nerror: %s\n", d.Seq, d.ID, d.Subject, d.JobSeq, d.Attempts, d.FailedAt.Local().Format(time.RFC3339), d.Error)

@@ -106,6 +106,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	next := have
 	next.Subjects, next.Duplicates, next.Discard, next.MaxBytes = want.Subjects, want.Duplicates, want.Discard, want.MaxBytes
+	if stored := s.CachedInfo().State.Bytes; next.MaxBytes > 0 && uint64(next.MaxBytes) < stored {
+		// The server enforces a lowered cap by deleting the oldest jobs.
+		next.MaxBytes = have.MaxBytes
+		log.Warn().Str("stream", want.Name).Uint64("stored_bytes", stored).Int64("max_bytes", want.MaxBytes).
+			Msg("stream holds more than the new byte cap: cap left as it was so no job is deleted; restart once it drained")
+	}
 	if want.MaxMsgSize != 0 {
 		next.MaxMsgSize = want.MaxMsgSize
 	}
@@ -142,6 +148,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		}
 		log.Info().Str("consumer", ConsumerWorker).Msg("consumer created")
 		return c, nil
+	}
+	if errors.Is(err, jetstream.ErrNotPullConsumer) {
+		return nil, fmt.Errorf("%w: consumer %s is a push consumer, jobq needs a pull consumer; delete it with `nats consumer rm %s %s` (nothing was changed)", ErrConflict, ConsumerWorker, StreamJob, ConsumerWorker)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up consumer %s: %w", ConsumerWorker, err)
