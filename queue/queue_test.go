@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -648,5 +649,33 @@ func TestNextAndPeek(t *testing.T) {
 	found, err = queue.Next(context.Background(), b.obj, handlers.HandlerFunc(ok), 300*time.Millisecond, servertest.Logger(t))
 	if err != nil || found {
 		t.Errorf("next on an empty queue: got %v %v, want false nil", found, err)
+	}
+}
+
+func TestJobTimeoutFailsTheAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxDeliver: 2, JobTimeout: 100 * time.Millisecond})
+	c := newCounter()
+	b.startPool(t, c.wrap(func(ctx context.Context, _ *data.Job) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	b.enqueue(t, "job.slow", "slow-1", "x")
+	rec := b.waitState(t, "slow-1", data.StateFailed)
+	if c.get("slow-1") != 2 || !strings.Contains(rec.LastError, "job timeout 100ms reached") {
+		t.Errorf("got %d runs, last error %q; want 2 runs ended by the job timeout", c.get("slow-1"), rec.LastError)
+	}
+}
+
+func TestUnroutedJobIsDeadLetteredWithReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	r := handlers.NewRouter()
+	r.HandleFunc("job.email.*", ok)
+	b.startPool(t, r)
+	b.enqueue(t, "job.sms.send", "sms-1", "x")
+	rec := b.waitState(t, "sms-1", data.StateFailed)
+	if rec.Attempts != 1 || !strings.Contains(rec.LastError, `no handler for subject "job.sms.send"`) {
+		t.Errorf("got %+v, want one attempt failed with no handler", rec)
 	}
 }
