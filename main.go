@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -104,7 +105,7 @@ func flagsFirst(app *cli.App, args []string) []string {
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if a == "--" {
-			positional = append(positional, rest[i:]...)
+			positional = append(positional, rest[i+1:]...)
 			break
 		}
 		if !strings.HasPrefix(a, "-") || a == "-" {
@@ -121,7 +122,7 @@ func flagsFirst(app *cli.App, args []string) []string {
 		}
 	}
 	out = append(out, flags...)
-	if len(positional) > 0 && positional[0] != "--" {
+	if len(positional) > 0 {
 		out = append(out, "--")
 	}
 	return append(out, positional...)
@@ -158,6 +159,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			statusCommand(),
 			jobCommand(),
 			dlqCommand(),
+			benchCommand(),
 			versionCommand(),
 			completionCommand(),
 		},
@@ -774,6 +776,9 @@ func statusCommand() *cli.Command {
 }
 
 func status(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return badUsage("status takes no arguments")
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -817,7 +822,7 @@ func job(c *cli.Context) error {
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	rec, err := data.NewLedger(obj.Ledger, 0).Get(ctx, c.Args().First())
+	rec, err := data.NewLedger(obj.Ledger, 0, nil).Get(ctx, c.Args().First())
 	if errors.Is(err, data.ErrNotFound) {
 		return fmt.Errorf("no ledger record for job %q: it is pending, unknown, or its record expired (--processed-ttl)", c.Args().First())
 	}
@@ -881,6 +886,9 @@ func dlqCommand() *cli.Command {
 }
 
 func dlqList(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return badUsage("dlq list takes no arguments")
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -996,6 +1004,9 @@ func dlqRetry(c *cli.Context) error {
 }
 
 func dlqPurge(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return badUsage("dlq purge takes no arguments: it deletes every dead letter")
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -1010,6 +1021,135 @@ func dlqPurge(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "purged %d dead letters\n", n)
 	return nil
+}
+
+// ---- bench ------------------------------------------------------------
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "measure jobq against a raw JetStream baseline on a fresh temporary store",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs per phase"},
+			&cli.IntFlag{Name: "payload", Value: 128, Usage: "payload size in bytes"},
+			&cli.IntFlag{Name: "workers", Value: 8, Usage: "jobq workers"},
+			&cli.StringFlag{Name: "sync", Value: "1s", Usage: "store fsync: an interval, or always"},
+			&cli.StringFlag{Name: "dir", Usage: "where to put the temporary stores (default: the system temp dir)"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file"},
+		},
+		Action: bench,
+	}
+}
+
+func bench(c *cli.Context) error {
+	if c.Int("jobs") <= 0 || c.Int("workers") <= 0 || c.Int("payload") < 0 {
+		return badUsage("--jobs and --workers must be 1 or more, --payload 0 or more")
+	}
+	sc := server.Config{Logger: zerolog.Nop()}
+	switch s := c.String("sync"); s {
+	case "always":
+		sc.SyncAlways = true
+	default:
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return badUsage("--sync %q: want a positive duration such as 1s, or always", s)
+		}
+		sc.SyncInterval = d
+	}
+	dir, err := os.MkdirTemp(c.String("dir"), "jobq-bench-")
+	if err != nil {
+		return fmt.Errorf("make bench dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if f := c.String("cpuprofile"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			return fmt.Errorf("create cpu profile: %w", err)
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return fmt.Errorf("start cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	progress := progressPrinter(c.App.ErrWriter)
+	rep, err := queue.Bench(c.Context, queue.BenchConfig{
+		Jobs: c.Int("jobs"), Payload: c.Int("payload"), Workers: c.Int("workers"), Dir: dir,
+		Connect: func(ctx context.Context, dir string) (*nats.Conn, func(), error) {
+			cfg := sc
+			cfg.StoreDir = dir
+			srv, err := server.Start(ctx, cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			nc, err := srv.Connect()
+			if err != nil {
+				srv.Shutdown(ctx)
+				return nil, nil, err
+			}
+			return nc, func() { nc.Close(); srv.Shutdown(context.Background()) }, nil
+		},
+		Progress: progress,
+		Log:      zerolog.Nop(),
+	})
+	progress("", "", 0, 0)
+	if rep.Baseline.ProcessPerS > 0 {
+		if c.Bool("json") {
+			printJSON(c.App.Writer, rep)
+		} else {
+			printBench(c.App.Writer, rep, c.String("sync"))
+		}
+	}
+	return err
+}
+
+// progressPrinter draws a progress bar on a terminal, and a line per phase
+// otherwise. Called with an empty mode, it ends the bar.
+func progressPrinter(w io.Writer) func(mode, phase string, done, total int) {
+	f, ok := w.(*os.File)
+	tty := ok && isatty.IsTerminal(f.Fd())
+	last := ""
+	return func(mode, phase string, done, total int) {
+		key := mode + " " + phase
+		switch {
+		case mode == "":
+			if tty {
+				fmt.Fprint(w, "\r\033[K")
+			}
+		case tty:
+			const width = 30
+			filled := min(width, done*width/max(total, 1))
+			fmt.Fprintf(w, "\r\033[K%-10s %-14s [%s%s] %d/%d", mode, phase, strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total)
+		case key != last:
+			fmt.Fprintf(w, "bench: %s %s\n", mode, phase)
+		}
+		last = key
+	}
+}
+
+func printBench(w io.Writer, r queue.BenchReport, sync string) {
+	fmt.Fprintf(w, "jobq bench: %d jobs, %d-byte payloads, %d workers, sync %s\n\n", r.Jobs, r.Payload, r.Workers, sync)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tbaseline\tledger\tratio\tno ledger\tratio\t")
+	row := func(name string, f func(queue.BenchResult) float64, format string, ratio bool) {
+		b, l, n := f(r.Baseline), f(r.Ledger), f(r.NoLedger)
+		if ratio {
+			fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t%.2fx\t"+format+"\t%.2fx\t\n", name, b, l, l/b, n, n/b)
+			return
+		}
+		fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t\t"+format+"\t\t\n", name, b, l, n)
+	}
+	row("enqueue jobs/s (one at a time)", func(b queue.BenchResult) float64 { return b.EnqueueSyncPerS }, "%.0f", true)
+	row("enqueue jobs/s (async)", func(b queue.BenchResult) float64 { return b.EnqueueAsyncPerS }, "%.0f", true)
+	row("process jobs/s", func(b queue.BenchResult) float64 { return b.ProcessPerS }, "%.0f", true)
+	row("end-to-end jobs/s", func(b queue.BenchResult) float64 { return b.E2EPerS }, "%.0f", true)
+	row("latency p50 ms", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", false)
+	row("latency p99 ms", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", false)
+	row("latency max ms", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", false)
+	row("peak RSS MB", func(b queue.BenchResult) float64 { return b.PeakRSSMB }, "%.0f", false)
+	tw.Flush()
+	fmt.Fprintf(w, "\nlost %d, duplicated %d (ledger); lost %d, duplicated %d (no ledger)\n", r.Ledger.Lost, r.Ledger.Duplicates, r.NoLedger.Lost, r.NoLedger.Duplicates)
 }
 
 // ---- version, completion ----------------------------------------------

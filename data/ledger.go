@@ -27,13 +27,17 @@ var (
 // so at most one worker holds a job and a worker that lost its claim cannot
 // overwrite its successor. It is safe for concurrent use.
 type Ledger struct {
-	kv    jetstream.KeyValue
-	lease time.Duration
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream // for the async writes; nil: they wait
+	prefix string              // the bucket's subject prefix, "$KV.processed."
+	lease  time.Duration
 }
 
 // NewLedger returns a Ledger over kv whose claims last lease unless renewed.
-func NewLedger(kv jetstream.KeyValue, lease time.Duration) *Ledger {
-	return &Ledger{kv: kv, lease: lease}
+// With js, ClaimAsync and DoneAsync publish without waiting for the reply;
+// without, they fall back to the synchronous writes.
+func NewLedger(kv jetstream.KeyValue, lease time.Duration, js jetstream.JetStream) *Ledger {
+	return &Ledger{kv: kv, js: js, prefix: "$KV." + kv.Bucket() + ".", lease: lease}
 }
 
 // Claim is a worker's hold on one job: valid while Revision is the record's

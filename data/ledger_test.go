@@ -28,7 +28,7 @@ func newKV(t *testing.T) jetstream.KeyValue {
 func TestLedgerClaimDone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := data.NewLedger(newKV(t), time.Minute)
+	l := data.NewLedger(newKV(t), time.Minute, nil)
 	job := &data.Job{ID: "a b", Subject: "job.x", Seq: 1, Attempt: 1}
 
 	c, err := l.Claim(ctx, job, "w1")
@@ -59,7 +59,7 @@ func TestLedgerClaimDone(t *testing.T) {
 func TestLedgerExpiredClaimIsTakenOverAsResumed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := data.NewLedger(newKV(t), 50*time.Millisecond)
+	l := data.NewLedger(newKV(t), 50*time.Millisecond, nil)
 	job := &data.Job{ID: "j", Subject: "job.x", Seq: 1}
 	old, err := l.Claim(ctx, job, "dead")
 	if err != nil {
@@ -86,7 +86,7 @@ func TestLedgerExpiredClaimIsTakenOverAsResumed(t *testing.T) {
 func TestLedgerRetryAndFail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := data.NewLedger(newKV(t), time.Minute)
+	l := data.NewLedger(newKV(t), time.Minute, nil)
 	job := &data.Job{ID: "r", Subject: "job.x", Seq: 3}
 	c, _ := l.Claim(ctx, job, "w")
 	if err := l.Retry(ctx, &c, time.Second, "boom"); err != nil {
@@ -115,7 +115,7 @@ func TestLedgerRetryAndFail(t *testing.T) {
 func TestLedgerFailUnclaimedKeepsDone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := data.NewLedger(newKV(t), time.Minute)
+	l := data.NewLedger(newKV(t), time.Minute, nil)
 	job := &data.Job{ID: "d", Subject: "job.x", Seq: 1}
 	c, _ := l.Claim(ctx, job, "w")
 	l.Done(ctx, &c, 0)
@@ -138,7 +138,7 @@ func TestLedgerReplacesCorruptRecord(t *testing.T) {
 	ctx := context.Background()
 	kv := newKV(t)
 	kv.Put(ctx, data.Key("c"), []byte("garbage"))
-	l := data.NewLedger(kv, time.Minute)
+	l := data.NewLedger(kv, time.Minute, nil)
 	if _, err := l.Get(ctx, "c"); !errors.Is(err, data.ErrCorruptRecord) {
 		t.Errorf("get: got %v, want ErrCorruptRecord", err)
 	}

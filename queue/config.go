@@ -25,6 +25,11 @@ type Config struct {
 	ProcessedTTL time.Duration
 	// Workers is how many jobs run at once. Defaults to 4.
 	Workers int
+	// Prefetch is how many more jobs than Workers the pool holds, being
+	// claimed or having their completion recorded, so that those round
+	// trips overlap with running handlers. Claimed jobs waiting for a worker
+	// get heartbeats. Defaults to 64.
+	Prefetch int
 	// RetryBackoff is the delay before attempt n+1 after attempt n failed:
 	// RetryBackoff[n-1], the last entry repeating. Defaults to 1s, 10s, 1m.
 	RetryBackoff []time.Duration
@@ -40,6 +45,10 @@ type Config struct {
 	// limit so the ledger and DLQ keep room to finish the stored jobs.
 	// 0 means no cap of its own.
 	MaxBytes int64
+	// NoLedger turns the ledger off: jobs are processed at least once, as
+	// with a plain JetStream worker, and a redelivered or republished job
+	// runs again. For throughput where handlers are idempotent.
+	NoLedger bool
 	// WorkerName identifies this process in ledger records. Defaults to
 	// host name and process ID.
 	WorkerName string
@@ -52,6 +61,7 @@ const (
 	DefaultAckWait      = 60 * time.Second
 	DefaultProcessedTTL = 7 * 24 * time.Hour
 	DefaultWorkers      = 4
+	DefaultPrefetch     = 64
 	DefaultMaxPayload   = 1 << 20
 )
 
@@ -73,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = DefaultPrefetch
 	}
 	if len(c.RetryBackoff) == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
@@ -106,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("processed ttl %s is shorter than the dedupe window %s: a republished job could run twice", c.ProcessedTTL, c.DedupeWindow)
 	case c.Workers < 0:
 		return fmt.Errorf("workers %d: want 0 or more", c.Workers)
+	case c.Prefetch < 0:
+		return fmt.Errorf("prefetch %d: want 0 or more", c.Prefetch)
 	case c.JobTimeout < 0:
 		return fmt.Errorf("job timeout %s is negative", c.JobTimeout)
 	case c.MaxBytes < 0:

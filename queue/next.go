@@ -39,7 +39,7 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 		if err != nil || msg == nil {
 			return false, err
 		}
-		p.process(ctx, "next", msg)
+		p.processOne(ctx, msg)
 	}
 	return true, nil
 }

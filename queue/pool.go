@@ -23,8 +23,8 @@ import (
 // recorded even while jobq stops.
 const opTimeout = 10 * time.Second
 
-// Pool runs Workers jobs at a time from WORKER through a handler, keeping the
-// exactly-once protocol for each:
+// Pool runs jobs from WORKER through a handler, Workers at a time, keeping
+// the exactly-once protocol for each:
 //
 //  1. claim the job in the ledger (a create, or a compare-and-set over an
 //     expired claim); a job recorded done is acked without running;
@@ -36,6 +36,14 @@ const opTimeout = 10 * time.Second
 // A crash anywhere leaves the job in JOB unacked, so it is redelivered; the
 // ledger then tells whether it is done (ack it) or not (run it again, as a
 // resumed attempt if an earlier one never recorded an outcome).
+//
+// The steps are pipelined so that round trips overlap: a fetcher pulls at
+// most as many jobs as the pool has room for (Workers running plus Prefetch
+// being claimed or completed) and starts their claims without waiting; a
+// claimer hands each confirmed claim to a worker; a worker runs the handler
+// and starts the completion write; an acker acks each job once its
+// completion is confirmed. Jobs that are claimed or running get heartbeats
+// from one loop.
 type Pool struct {
 	obj     *Objects
 	cfg     Config
@@ -43,29 +51,60 @@ type Pool struct {
 	handler handlers.Handler
 	log     zerolog.Logger
 
-	free    chan struct{} // one token per idle worker
-	jobs    chan jetstream.Msg
-	running atomic.Bool
+	tokens chan struct{}  // one per job the pool has room for
+	claims chan *inflight // fetched, claim on its way
+	work   chan *inflight // claimed, waiting for a worker
+	dones  chan *inflight // handler done, completion on its way
+	beats  *heartbeats
 
+	running     atomic.Bool
 	fetchCancel context.CancelFunc
 	workCancel  context.CancelFunc
 	fetchDone   chan struct{}
-	workers     sync.WaitGroup
+	finished    chan struct{}
 	sweeping    sync.WaitGroup
 	stopOnce    sync.Once
+}
+
+// inflight is one job on its way through the pool.
+type inflight struct {
+	msg     jetstream.Msg
+	job     *data.Job
+	pending *data.PendingClaim
+	claim   data.Claim
+	write   *data.PendingWrite
+	took    time.Duration
+
+	// Guarded by mu: the heartbeat loop renews the claim until the worker
+	// takes it back to record the outcome.
+	mu       sync.Mutex
+	lastBeat time.Time
+	closed   bool                    // no more heartbeats
+	lost     bool                    // the claim was taken over
+	cancel   context.CancelCauseFunc // cancels the running handler
 }
 
 // NewPool returns a pool that runs jobs from obj's WORKER through h.
 func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	cfg := obj.Config
+	capacity := cfg.Workers + cfg.Prefetch
+	// The ledger's async writes get a JetStream context of their own whose
+	// futures time out, so waiting for one never hangs.
+	ljs, err := jetstream.New(obj.JS.Conn(), jetstream.WithPublishAsyncTimeout(opTimeout), jetstream.WithPublishAsyncMaxPending(4*capacity))
+	if err != nil {
+		panic(fmt.Sprintf("jetstream options: %v", err)) // constant, valid options
+	}
 	return &Pool{
 		obj:     obj,
 		cfg:     cfg,
-		ledger:  data.NewLedger(obj.Ledger, cfg.lease()),
+		ledger:  data.NewLedger(obj.Ledger, cfg.lease(), ljs),
 		handler: h,
 		log:     log.With().Str("component", "worker").Logger(),
-		free:    make(chan struct{}, cfg.Workers),
-		jobs:    make(chan jetstream.Msg),
+		tokens:  make(chan struct{}, capacity),
+		claims:  make(chan *inflight, capacity),
+		work:    make(chan *inflight, capacity),
+		dones:   make(chan *inflight, capacity),
+		beats:   &heartbeats{jobs: map[*inflight]struct{}{}},
 	}
 }
 
@@ -83,36 +122,55 @@ func (p *Pool) Start(ctx context.Context) error {
 	fetchCtx, fetchCancel := context.WithCancel(ctx)
 	workCtx, workCancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.fetchCancel, p.workCancel = fetchCancel, workCancel
-	p.fetchDone = make(chan struct{})
+	p.fetchDone, p.finished = make(chan struct{}), make(chan struct{})
+	for range cap(p.tokens) {
+		p.tokens <- struct{}{}
+	}
+
+	// Each stage closes the next one's channel when it ends, so Stop
+	// drains the pipeline front to back.
+	go func() {
+		defer close(p.fetchDone)
+		defer close(p.claims)
+		p.fetch(fetchCtx)
+	}()
+	go func() {
+		defer close(p.work)
+		p.claimAll(workCtx)
+	}()
+	var workers sync.WaitGroup
 	for i := range p.cfg.Workers {
-		p.free <- struct{}{}
-		p.workers.Add(1)
+		workers.Add(1)
 		go func() {
-			defer p.workers.Done()
-			p.work(workCtx, p.cfg.WorkerName+"/"+strconv.Itoa(i))
+			defer workers.Done()
+			p.runAll(workCtx, p.cfg.WorkerName+"/"+strconv.Itoa(i))
 		}()
 	}
 	go func() {
-		defer close(p.fetchDone)
-		defer close(p.jobs) // workers exit once the last job is handed out
-		p.fetch(fetchCtx)
+		workers.Wait()
+		close(p.dones)
 	}()
+	go func() {
+		defer close(p.finished)
+		p.ackAll(workCtx)
+	}()
+	go p.beats.loop(workCtx, p, p.finished)
 	p.sweeping.Add(1)
 	go func() {
 		defer p.sweeping.Done()
 		defer sub.Unsubscribe()
 		p.sweeper(fetchCtx, seqs)
 	}()
-	p.log.Info().Int("workers", p.cfg.Workers).Str("consumer", ConsumerWorker).Msg("workers started")
+	p.log.Info().Int("workers", p.cfg.Workers).Int("prefetch", p.cfg.Prefetch).Str("consumer", ConsumerWorker).Bool("ledger", !p.cfg.NoLedger).Msg("workers started")
 	return nil
 }
 
 // Running reports whether the pool is started and not stopping.
 func (p *Pool) Running() bool { return p.running.Load() }
 
-// Stop stops fetching, waits for running handlers until ctx ends, then
-// cancels their context and waits for them to record their outcome. Jobs cut
-// off this way are released for redelivery, as resumed attempts.
+// Stop stops fetching, waits for jobs in flight until ctx ends, then
+// cancels their handlers and waits for them to record their outcome. Jobs
+// cut off this way are released for redelivery, as resumed attempts.
 func (p *Pool) Stop(ctx context.Context) error {
 	if p.fetchCancel == nil {
 		return nil
@@ -124,15 +182,13 @@ func (p *Pool) Stop(ctx context.Context) error {
 		p.fetchCancel()
 		<-p.fetchDone
 		p.sweeping.Wait()
-		done := make(chan struct{})
-		go func() { p.workers.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-p.finished:
 		case <-ctx.Done():
 			p.log.Warn().Msg("shutdown timeout reached: cancelling running jobs")
 			p.workCancel()
 			select {
-			case <-done:
+			case <-p.finished:
 			case <-time.After(opTimeout + 5*time.Second):
 				err = errors.New("handlers ignored cancellation; their jobs will be redelivered after the ack wait")
 			}
@@ -143,20 +199,20 @@ func (p *Pool) Stop(ctx context.Context) error {
 	return err
 }
 
-// fetch pulls at most as many jobs as there are idle workers, so that no job
-// waits in a client buffer while its ack wait runs.
+// fetch pulls at most as many jobs as the pool has room for, so that no job
+// waits long in a buffer while its ack wait runs.
 func (p *Pool) fetch(ctx context.Context) {
 	for {
 		select {
-		case <-p.free:
+		case <-p.tokens:
 		case <-ctx.Done():
 			return
 		}
 		n := 1
 	more:
-		for n < p.cfg.Workers {
+		for n < cap(p.tokens) {
 			select {
-			case <-p.free:
+			case <-p.tokens:
 				n++
 			default:
 				break more
@@ -164,13 +220,12 @@ func (p *Pool) fetch(ctx context.Context) {
 		}
 		got := p.fetchBatch(ctx, n)
 		for range n - got {
-			p.free <- struct{}{}
+			p.tokens <- struct{}{}
 		}
 	}
 }
 
-// fetchBatch pulls up to n jobs and hands each to a worker. It returns how
-// many it handed out.
+// fetchBatch pulls up to n jobs and admits each. It returns how many it got.
 func (p *Pool) fetchBatch(ctx context.Context, n int) int {
 	batch, err := p.obj.Worker.Fetch(n, jetstream.FetchMaxWait(p.cfg.FetchWait))
 	if err != nil {
@@ -185,8 +240,8 @@ func (p *Pool) fetchBatch(ctx context.Context, n int) int {
 	// A batch that was requested is read to its end, even while stopping:
 	// its jobs are delivered to us and would otherwise wait for the ack wait.
 	for msg := range batch.Messages() {
-		p.jobs <- msg
 		got++
+		p.admit(msg)
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) {
 		p.log.Warn().Err(err).Msg("fetch jobs")
@@ -194,78 +249,213 @@ func (p *Pool) fetchBatch(ctx context.Context, n int) int {
 	return got
 }
 
-func (p *Pool) work(ctx context.Context, name string) {
-	for msg := range p.jobs {
-		p.process(ctx, name, msg)
-		p.free <- struct{}{}
+// admit starts a fetched job's claim and queues it.
+func (p *Pool) admit(msg jetstream.Msg) {
+	job, err := decodeJob(msg)
+	if err != nil {
+		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("not a jetstream job; left for redelivery")
+		p.release()
+		return
 	}
+	it := &inflight{msg: msg, job: job}
+	if p.cfg.NoLedger {
+		p.beats.add(it)
+		p.work <- it
+		return
+	}
+	if it.pending, err = p.ledger.ClaimAsync(job, p.cfg.WorkerName); err != nil {
+		p.jobLog(job).Warn().Err(err).Msg("start claim: retrying synchronously")
+	}
+	p.claims <- it
 }
 
-// process runs the exactly-once protocol for one delivered job.
-func (p *Pool) process(ctx context.Context, worker string, msg jetstream.Msg) {
+// processOne takes one fetched job through every step in turn, without the
+// pipeline: for jobq next.
+func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 	job, err := decodeJob(msg)
 	if err != nil {
 		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("not a jetstream job; left for redelivery")
 		return
 	}
-	log := p.log.With().Str("job_id", job.ID).Str("subject", job.Subject).Uint64("seq", job.Seq).Int("attempt", job.Attempt).Logger()
+	it := &inflight{msg: msg, job: job}
+	if !p.cfg.NoLedger && !p.claimed(ctx, it) {
+		return
+	}
+	if !p.runOne(ctx, it) {
+		return
+	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	claim, err := p.ledger.Claim(opCtx, job, worker)
-	cancel()
+	defer cancel()
+	if err := it.write.Wait(opCtx); err != nil {
+		p.recordFailed(msg, job, err, *p.jobLog(job))
+		return
+	}
+	p.ack(opCtx, msg, *p.jobLog(job))
+}
+
+// release frees one job's room in the pool.
+func (p *Pool) release() { p.tokens <- struct{}{} }
+
+// claimAll waits for each claim in order and hands the won ones to workers.
+func (p *Pool) claimAll(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	for it := range p.claims {
+		if p.claimed(ctx, it) {
+			p.beats.add(it)
+			p.work <- it
+			continue
+		}
+		p.release()
+	}
+}
+
+// claimed settles a job's claim and reports whether a worker should run it.
+// Jobs it does not pass on are acked or released here. ctx has no deadline:
+// the claim's future times out by itself.
+func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
+	var claim data.Claim
+	var err error
+	if it.pending != nil {
+		claim, err = it.pending.Wait(ctx)
+	} else {
+		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
+	}
+	if err == nil && claim.Replaced == nil && !it.job.Resumed {
+		it.claim = claim // the plain case: a fresh claim
+		return true
+	}
+	log := *p.jobLog(it.job)
+	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
 	switch {
 	case errors.Is(err, data.ErrAlreadyDone):
 		log.Debug().Msg("job already done: acked without running")
-		p.ack(ctx, msg, log)
-		return
-	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != job.Seq:
+		p.ack(opCtx, it.msg, log)
+		return false
+	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != it.job.Seq:
 		// The same ID published again while the first copy runs: that copy
 		// stays in JOB until its outcome is recorded, so this one can go.
 		log.Warn().Uint64("running_seq", claim.Record.Seq).Msg("duplicate of a running job: acked without running")
-		p.ack(ctx, msg, log)
-		return
+		p.ack(opCtx, it.msg, log)
+		return false
 	case errors.Is(err, data.ErrClaimed):
 		delay := time.Until(claim.Record.LeaseUntil) + time.Second
 		log.Warn().Str("holder", claim.Record.Worker).Dur("retry_in", delay).Msg("job redelivered while its claim is live: released")
-		p.nak(msg, delay, log)
-		return
+		p.nak(it.msg, delay, log)
+		return false
 	case err != nil:
-		p.fail(ctx, msg, job, nil, 0, err, log)
-		return
+		p.fail(opCtx, it.msg, it.job, nil, 0, err, log)
+		return false
 	}
 	if claim.Replaced != nil {
 		log.Warn().Err(claim.Replaced).Msg("unreadable ledger record replaced by a new claim")
 	}
-	if job.Resumed {
+	if it.job.Resumed {
 		log.Warn().Msg("resuming a job whose earlier attempt never recorded an outcome")
 	}
+	it.claim = claim
+	return true
+}
 
+// jobLog returns a logger with job's fields. It is built only when a job
+// has something to say: most jobs log nothing.
+func (p *Pool) jobLog(job *data.Job) *zerolog.Logger {
+	l := p.log.With().Str("job_id", job.ID).Str("subject", job.Subject).Uint64("seq", job.Seq).Int("attempt", job.Attempt).Logger()
+	return &l
+}
+
+// runAll runs claimed jobs until the claimer closes the work channel.
+func (p *Pool) runAll(ctx context.Context, name string) {
+	for it := range p.work {
+		if p.runOne(ctx, it) {
+			p.dones <- it
+			continue
+		}
+		p.release()
+	}
+}
+
+// runOne runs one claimed job and records a failure. It reports whether the
+// job succeeded and its completion is on its way (for the acker).
+func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
+	if ctx.Err() != nil {
+		// Claimed, but shutdown cut the wait for a worker: hand it back.
+		p.beats.remove(it)
+		p.cutOff(it, 0, ctx.Err())
+		return false
+	}
+	it.mu.Lock()
+	lost := it.lost
+	it.mu.Unlock()
+	if lost {
+		p.beats.remove(it)
+		p.jobLog(it.job).Warn().Msg("claim lost before the job started: left to the new holder")
+		return false
+	}
 	start := time.Now()
-	herr := p.run(ctx, job, msg, &claim, log)
-	took := time.Since(start)
-	log = log.With().Dur("took", took).Logger()
-	opCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	defer cancel()
+	herr := p.run(ctx, it)
+	it.took = time.Since(start)
+	p.beats.remove(it) // from here the claim is this worker's alone
 
 	switch {
-	case herr == nil:
-		if err := p.ledger.Done(opCtx, &claim, took); err != nil {
-			p.recordFailed(msg, job, err, log)
-			return
+	case herr == nil && p.cfg.NoLedger:
+		if err := it.msg.Ack(); err != nil {
+			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
 		}
-		p.ack(opCtx, msg, log)
-		log.Debug().Msg("job done")
+		return false
+	case herr == nil:
+		w, err := p.ledger.DoneAsync(&it.claim, it.took)
+		if err != nil {
+			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
+			return false
+		}
+		it.write = w
+		return true
+	}
+	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
+	switch {
 	case errors.Is(herr, data.ErrClaimLost):
 		log.Warn().Err(herr).Msg("claim lost while running: outcome left to the new holder")
 	case ctx.Err() != nil && !handlers.IsPermanent(herr):
-		// Shutdown cut the attempt off: release it for another run.
-		if err := p.ledger.Retry(opCtx, &claim, took, data.CauseCutOff); err != nil {
-			p.recordFailed(msg, job, err, log)
+		p.cutOff(it, it.took, herr)
+	default:
+		var claim *data.Claim
+		if !p.cfg.NoLedger {
+			claim = &it.claim
+		}
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		p.fail(opCtx, it.msg, it.job, claim, it.took, herr, log)
+	}
+	return false
+}
+
+// cutOff releases a job that shutdown stopped, for another run.
+func (p *Pool) cutOff(it *inflight, took time.Duration, cause error) {
+	if !p.cfg.NoLedger {
+		opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := p.ledger.Retry(opCtx, &it.claim, took, data.CauseCutOff); err != nil {
+			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
 			return
 		}
-		log.Warn().Err(herr).Msg("job cut off by shutdown: released")
-		p.nak(msg, 0, log)
-	default:
-		p.fail(opCtx, msg, job, &claim, took, herr, log)
+	}
+	p.jobLog(it.job).Warn().Err(cause).Msg("job cut off by shutdown: released")
+	p.nak(it.msg, 0, *p.jobLog(it.job))
+}
+
+// ackAll acks each job once its completion is confirmed. ctx has no
+// deadline: each write's future times out by itself.
+func (p *Pool) ackAll(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	for it := range p.dones {
+		if err := it.write.Wait(ctx); err != nil {
+			p.recordFailed(it.msg, it.job, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
+		} else if err := it.msg.Ack(); err != nil {
+			// A lost ack is harmless: the redelivery finds the job done.
+			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
+		}
+		p.release()
 	}
 }
 
@@ -296,9 +486,10 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 		return
 	}
 	var err error
-	if claim != nil {
+	switch {
+	case claim != nil:
 		err = p.ledger.Fail(ctx, claim, took, cause.Error())
-	} else {
+	case !p.cfg.NoLedger:
 		err = p.ledger.FailUnclaimed(ctx, job, cause.Error())
 	}
 	if err != nil {
@@ -320,24 +511,20 @@ func (p *Pool) recordFailed(msg jetstream.Msg, job *data.Job, err error, log zer
 	p.nak(msg, p.cfg.backoff(job.Attempt), log)
 }
 
-// run calls the handler with heartbeats, a timeout and panic recovery.
-func (p *Pool) run(ctx context.Context, job *data.Job, msg jetstream.Msg, claim *data.Claim, log zerolog.Logger) error {
+// run calls the handler with a timeout and panic recovery. The heartbeat
+// loop cancels it if the claim is lost.
+func (p *Pool) run(ctx context.Context, it *inflight) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	it.mu.Lock()
+	it.cancel = cancel
+	it.mu.Unlock()
 	if p.cfg.JobTimeout > 0 {
 		var c context.CancelFunc
 		hctx, c = context.WithTimeoutCause(hctx, p.cfg.JobTimeout, fmt.Errorf("job timeout %s reached", p.cfg.JobTimeout))
 		defer c()
 	}
-	stop := make(chan struct{})
-	beats := make(chan struct{})
-	go func() {
-		defer close(beats)
-		p.heartbeat(ctx, msg, claim, stop, func(err error) { cancel(err) }, log)
-	}()
-	err := p.call(hctx, job)
-	close(stop)
-	<-beats
+	err := p.call(hctx, it.job)
 	if cause := context.Cause(hctx); errors.Is(cause, data.ErrClaimLost) {
 		return cause
 	}
@@ -348,31 +535,84 @@ func (p *Pool) run(ctx context.Context, job *data.Job, msg jetstream.Msg, claim 
 	return err
 }
 
-// heartbeat keeps a running job's lease: InProgress resets the server's ack
-// wait, Renew the ledger claim. Losing the claim cancels the handler. It
-// owns claim until stop is closed.
-func (p *Pool) heartbeat(ctx context.Context, msg jetstream.Msg, claim *data.Claim, stop <-chan struct{}, lost func(error), log zerolog.Logger) {
-	t := time.NewTicker(p.cfg.heartbeat())
+// heartbeats keeps the leases of claimed and running jobs: every AckWait/3
+// each gets InProgress, which resets the server's ack wait, and a renewal of
+// its ledger claim. A lost claim cancels the job's handler. One loop serves
+// all jobs, so a job costs no goroutine of its own.
+type heartbeats struct {
+	mu   sync.Mutex
+	jobs map[*inflight]struct{}
+}
+
+func (h *heartbeats) add(it *inflight) {
+	it.lastBeat = time.Now()
+	h.mu.Lock()
+	h.jobs[it] = struct{}{}
+	h.mu.Unlock()
+}
+
+// remove stops it's heartbeats and returns once no renewal is under way, so
+// the caller owns its claim.
+func (h *heartbeats) remove(it *inflight) {
+	h.mu.Lock()
+	delete(h.jobs, it)
+	h.mu.Unlock()
+	it.mu.Lock()
+	it.closed = true
+	it.mu.Unlock()
+}
+
+func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
+	every := p.cfg.heartbeat()
+	t := time.NewTicker(max(every/4, 10*time.Millisecond))
 	defer t.Stop()
+	var due []*inflight
 	for {
 		select {
-		case <-stop:
+		case <-done:
 			return
 		case <-t.C:
 		}
-		if err := msg.InProgress(); err != nil {
-			log.Warn().Err(err).Msg("heartbeat to server")
+		now := time.Now()
+		due = due[:0]
+		h.mu.Lock()
+		for it := range h.jobs {
+			if now.Sub(it.lastBeat) >= every {
+				due = append(due, it)
+			}
 		}
-		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-		err := p.ledger.Renew(opCtx, claim)
-		cancel()
-		if errors.Is(err, data.ErrClaimLost) {
-			lost(err)
-			return
+		h.mu.Unlock()
+		for _, it := range due {
+			p.beat(ctx, it)
 		}
-		if err != nil {
-			log.Warn().Err(err).Msg("renew claim")
+	}
+}
+
+func (p *Pool) beat(ctx context.Context, it *inflight) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.closed {
+		return
+	}
+	it.lastBeat = time.Now()
+	if err := it.msg.InProgress(); err != nil {
+		p.jobLog(it.job).Warn().Err(err).Msg("heartbeat to server")
+	}
+	if p.cfg.NoLedger {
+		return
+	}
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	err := p.ledger.Renew(opCtx, &it.claim)
+	if errors.Is(err, data.ErrClaimLost) {
+		it.closed, it.lost = true, true
+		if it.cancel != nil {
+			it.cancel(err)
 		}
+		return
+	}
+	if err != nil {
+		p.jobLog(it.job).Warn().Err(err).Msg("renew claim")
 	}
 }
 

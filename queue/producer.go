@@ -81,6 +81,21 @@ func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, 
 	return nil, fmt.Errorf("enqueue job %s on %s: %w", id, subject, last)
 }
 
+// EnqueueAsync checks a job and publishes it without waiting for the
+// stream's acknowledgement; the future reports it. The connection bounds how
+// many publishes are outstanding. Use it for bulk work; Enqueue for one job.
+func (p *Producer) EnqueueAsync(subject string, payload []byte, opts EnqueueOptions) (jetstream.PubAckFuture, error) {
+	msg, err := p.message(subject, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	f, err := p.js.PublishMsgAsync(msg)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue job %s on %s: %w", msg.Header.Get(nats.MsgIdHdr), subject, err)
+	}
+	return f, nil
+}
+
 // message checks a job and builds its message.
 func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) (*nats.Msg, error) {
 	if err := handlers.ValidSubject(subject); err != nil {

@@ -94,7 +94,7 @@ func (b *testBundle) enqueue(t *testing.T, subject, id string, payload string) *
 
 func (b *testBundle) record(t *testing.T, id string) data.Record {
 	t.Helper()
-	rec, err := data.NewLedger(b.obj.Ledger, time.Minute).Get(context.Background(), id)
+	rec, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), id)
 	if err != nil {
 		t.Fatalf("ledger record %s: %v", id, err)
 	}
@@ -131,7 +131,7 @@ func (b *testBundle) waitState(t *testing.T, id string, want data.State) data.Re
 	var rec data.Record
 	waitFor(t, 20*time.Second, func() error {
 		var err error
-		rec, err = data.NewLedger(b.obj.Ledger, time.Minute).Get(context.Background(), id)
+		rec, err = data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), id)
 		if err != nil {
 			return err
 		}

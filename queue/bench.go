@@ -1,0 +1,451 @@
+package queue
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+)
+
+// BenchConfig configures Bench.
+type BenchConfig struct {
+	// Jobs per phase. Defaults to 20000.
+	Jobs int
+	// Payload is the payload size in bytes, at least 12. Defaults to 128.
+	Payload int
+	// Workers for jobq's pool. Defaults to 8.
+	Workers int
+	// Dir holds one fresh store per mode. Required.
+	Dir string
+	// Connect starts a server storing in dir and returns a connection to it
+	// and a function that stops both. Required.
+	Connect func(ctx context.Context, dir string) (*nats.Conn, func(), error)
+	// Progress, if set, is called as each phase advances.
+	Progress func(mode, phase string, done, total int)
+	Log      zerolog.Logger
+}
+
+// BenchResult holds one mode's figures.
+type BenchResult struct {
+	EnqueueSyncPerS  float64 `json:"enqueue_sync_per_s"`
+	EnqueueAsyncPerS float64 `json:"enqueue_async_per_s"`
+	ProcessPerS      float64 `json:"process_per_s"`
+	E2EPerS          float64 `json:"e2e_per_s"`
+	LatencyP50Ms     float64 `json:"latency_p50_ms"`
+	LatencyP99Ms     float64 `json:"latency_p99_ms"`
+	LatencyMaxMs     float64 `json:"latency_max_ms"`
+	PeakRSSMB        float64 `json:"peak_rss_mb"`
+	// Lost and Duplicates count jobs not handled, or handled more than
+	// once, over the process and end-to-end phases.
+	Lost       int `json:"lost"`
+	Duplicates int `json:"duplicates"`
+}
+
+// BenchRatio is each jobq figure divided by the baseline's.
+type BenchRatio struct {
+	LedgerProcess   float64 `json:"ledger_process"`
+	LedgerE2E       float64 `json:"ledger_e2e"`
+	NoLedgerProcess float64 `json:"no_ledger_process"`
+	NoLedgerE2E     float64 `json:"no_ledger_e2e"`
+}
+
+// BenchReport is the outcome of Bench.
+type BenchReport struct {
+	Jobs     int         `json:"jobs"`
+	Payload  int         `json:"payload"`
+	Workers  int         `json:"workers"`
+	Baseline BenchResult `json:"baseline"`
+	Ledger   BenchResult `json:"ledger"`
+	NoLedger BenchResult `json:"no_ledger"`
+	Ratio    BenchRatio  `json:"ratio"`
+}
+
+// ErrBenchLoss is returned by Bench when a mode lost or duplicated jobs.
+var ErrBenchLoss = errors.New("jobs lost or duplicated")
+
+// Bench measures, in one run on fresh stores: a raw JetStream pull/ack loop
+// (the baseline), jobq with its ledger, and jobq with the ledger off. Every
+// mode publishes with Nats-Msg-Id to the same JOB/WORKER configuration.
+func Bench(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
+	cfg.Jobs = cmpOr(cfg.Jobs, 20000)
+	cfg.Payload = max(cmpOr(cfg.Payload, 128), 12)
+	cfg.Workers = cmpOr(cfg.Workers, 8)
+	rep := BenchReport{Jobs: cfg.Jobs, Payload: cfg.Payload, Workers: cfg.Workers}
+	modes := []struct {
+		name string
+		out  *BenchResult
+	}{{"baseline", &rep.Baseline}, {"ledger", &rep.Ledger}, {"no_ledger", &rep.NoLedger}}
+	var loss error
+	for _, m := range modes {
+		r, err := benchMode(ctx, cfg, m.name)
+		if err != nil {
+			return rep, fmt.Errorf("bench %s: %w", m.name, err)
+		}
+		*m.out = r
+		if r.Lost > 0 || r.Duplicates > 0 {
+			loss = fmt.Errorf("%w: %s lost %d and duplicated %d", ErrBenchLoss, m.name, r.Lost, r.Duplicates)
+		}
+	}
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	rep.Ratio = BenchRatio{
+		LedgerProcess:   ratio(rep.Ledger.ProcessPerS, rep.Baseline.ProcessPerS),
+		LedgerE2E:       ratio(rep.Ledger.E2EPerS, rep.Baseline.E2EPerS),
+		NoLedgerProcess: ratio(rep.NoLedger.ProcessPerS, rep.Baseline.ProcessPerS),
+		NoLedgerE2E:     ratio(rep.NoLedger.E2EPerS, rep.Baseline.E2EPerS),
+	}
+	return rep, loss
+}
+
+func cmpOr(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// benchTarget is what a mode plugs into the shared phases.
+type benchTarget struct {
+	publish      func(ctx context.Context, subject, id string, payload []byte) error
+	publishAsync func(subject, id string, payload []byte) (jetstream.PubAckFuture, error)
+	// startWorkers starts handling jobs with h and returns a stop func.
+	startWorkers func(h func(payload []byte)) (func(), error)
+}
+
+func benchMode(ctx context.Context, cfg BenchConfig, mode string) (BenchResult, error) {
+	var res BenchResult
+	debug.FreeOSMemory()
+	rss := startRSSSampler()
+	defer func() { res.PeakRSSMB = rss() }()
+
+	dir := filepath.Join(cfg.Dir, mode)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return res, err
+	}
+	nc, stop, err := cfg.Connect(ctx, dir)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(512))
+	if err != nil {
+		return res, err
+	}
+	qcfg := Config{Workers: cfg.Workers, NoLedger: mode == "no_ledger", MaxPayload: max(cfg.Payload, DefaultMaxPayload)}
+	obj, err := Provision(ctx, js, qcfg, cfg.Log)
+	if err != nil {
+		return res, err
+	}
+	t := benchTarget{}
+	if mode == "baseline" {
+		t = baselineTarget(js, obj)
+	} else {
+		t = jobqTarget(js, obj, cfg.Log)
+	}
+	progress := func(phase string, done int) {
+		if cfg.Progress != nil {
+			cfg.Progress(mode, phase, done, cfg.Jobs)
+		}
+	}
+	payload := func(i int) []byte {
+		b := make([]byte, cfg.Payload)
+		binary.BigEndian.PutUint64(b, uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint32(b[8:], uint32(i))
+		return b
+	}
+
+	// Enqueue, one at a time.
+	start := time.Now()
+	for i := range cfg.Jobs {
+		if err := t.publish(ctx, "job.bench", "s-"+strconv.Itoa(i), payload(i)); err != nil {
+			return res, err
+		}
+		if i%500 == 0 {
+			progress("enqueue", i)
+		}
+	}
+	res.EnqueueSyncPerS = rate(cfg.Jobs, time.Since(start))
+	if err := obj.Jobs.Purge(ctx); err != nil {
+		return res, err
+	}
+
+	// Enqueue, async: this fills the queue for the process phase.
+	start = time.Now()
+	if err := publishAll(t, cfg.Jobs, "p-", payload, func(i int) { progress("enqueue async", i) }); err != nil {
+		return res, err
+	}
+	res.EnqueueAsyncPerS = rate(cfg.Jobs, time.Since(start))
+
+	// Process the pre-filled queue. The same workers then run the end-to-end
+	// phase: a stopped pull consumer can leave pull requests on the server
+	// that would swallow the next phase's first jobs until their ack wait.
+	var current atomic.Pointer[benchCounts]
+	counts := newBenchCounts(cfg.Jobs, false)
+	current.Store(counts)
+	start = time.Now()
+	stopWorkers, err := t.startWorkers(func(p []byte) { current.Load().handle(p) })
+	if err != nil {
+		return res, err
+	}
+	defer stopWorkers()
+	err = waitHandled(ctx, obj, counts, func(n int) { progress("process", n) })
+	res.ProcessPerS = rate(cfg.Jobs, time.Since(start))
+	lost, dup := counts.verify()
+	res.Lost, res.Duplicates = lost, dup
+	if err != nil {
+		return res, err
+	}
+
+	// End to end: producer and workers together.
+	counts = newBenchCounts(cfg.Jobs, true)
+	current.Store(counts)
+	start = time.Now()
+	if err := publishAll(t, cfg.Jobs, "e-", payload, nil); err != nil {
+		return res, err
+	}
+	err = waitHandled(ctx, obj, counts, func(n int) { progress("end to end", n) })
+	res.E2EPerS = rate(cfg.Jobs, time.Since(start))
+	lost, dup = counts.verify()
+	res.Lost += lost
+	res.Duplicates += dup
+	res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs = counts.latencies()
+	return res, err
+}
+
+func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+func publishAll(t benchTarget, n int, prefix string, payload func(int) []byte, progress func(int)) error {
+	futures := make([]jetstream.PubAckFuture, 0, 1024)
+	flush := func() error {
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return err
+			case <-time.After(30 * time.Second):
+				return errors.New("publish ack timeout")
+			}
+		}
+		futures = futures[:0]
+		return nil
+	}
+	for i := range n {
+		f, err := t.publishAsync("job.bench", prefix+strconv.Itoa(i), payload(i))
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+		if len(futures) == cap(futures) {
+			if err := flush(); err != nil {
+				return err
+			}
+			if progress != nil {
+				progress(i)
+			}
+		}
+	}
+	return flush()
+}
+
+// waitHandled waits until every job was handled and JOB is empty (acked).
+func waitHandled(ctx context.Context, obj *Objects, c *benchCounts, progress func(int)) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		n := int(c.handled.Load())
+		progress(n)
+		if n >= c.n {
+			info, err := obj.Jobs.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if info.State.Msgs == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("handled %d of %d jobs in 5m", n, c.n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+type benchCounts struct {
+	n         int
+	handled   atomic.Int64
+	seen      []atomic.Uint32
+	latencyMu sync.Mutex
+	latency   []time.Duration
+	timed     bool
+}
+
+func newBenchCounts(n int, timed bool) *benchCounts {
+	return &benchCounts{n: n, seen: make([]atomic.Uint32, n), timed: timed}
+}
+
+func (c *benchCounts) handle(payload []byte) {
+	if len(payload) < 12 {
+		return
+	}
+	i := binary.BigEndian.Uint32(payload[8:])
+	if int(i) >= c.n {
+		return
+	}
+	if c.seen[i].Add(1) == 1 {
+		c.handled.Add(1)
+	}
+	if c.timed {
+		d := time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(payload))))
+		c.latencyMu.Lock()
+		c.latency = append(c.latency, d)
+		c.latencyMu.Unlock()
+	}
+}
+
+func (c *benchCounts) verify() (lost, dup int) {
+	for i := range c.seen {
+		switch n := c.seen[i].Load(); {
+		case n == 0:
+			lost++
+		case n > 1:
+			dup++
+		}
+	}
+	return lost, dup
+}
+
+func (c *benchCounts) latencies() (p50, p99, maxMs float64) {
+	c.latencyMu.Lock()
+	defer c.latencyMu.Unlock()
+	if len(c.latency) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(c.latency)
+	at := func(q float64) float64 {
+		return float64(c.latency[min(int(q*float64(len(c.latency))), len(c.latency)-1)]) / float64(time.Millisecond)
+	}
+	return at(0.50), at(0.99), at(1)
+}
+
+// baselineTarget is the raw JetStream loop: publish with Nats-Msg-Id, pull
+// in batches, plain ack, no ledger.
+func baselineTarget(js jetstream.JetStream, obj *Objects) benchTarget {
+	msg := func(subject, id string, payload []byte) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = payload
+		m.Header.Set(nats.MsgIdHdr, id)
+		return m
+	}
+	return benchTarget{
+		publish: func(ctx context.Context, subject, id string, payload []byte) error {
+			_, err := js.PublishMsg(ctx, msg(subject, id, payload))
+			return err
+		},
+		publishAsync: func(subject, id string, payload []byte) (jetstream.PubAckFuture, error) {
+			return js.PublishMsgAsync(msg(subject, id, payload))
+		},
+		startWorkers: func(h func([]byte)) (func(), error) {
+			cc, err := obj.Worker.Consume(func(m jetstream.Msg) {
+				h(m.Data())
+				m.Ack()
+			}, jetstream.PullMaxMessages(500))
+			if err != nil {
+				return nil, err
+			}
+			return cc.Stop, nil
+		},
+	}
+}
+
+// jobqTarget is jobq's own producer and pool.
+func jobqTarget(js jetstream.JetStream, obj *Objects, log zerolog.Logger) benchTarget {
+	p := NewProducer(js, obj.Config)
+	return benchTarget{
+		publish: func(ctx context.Context, subject, id string, payload []byte) error {
+			_, err := p.Enqueue(ctx, subject, payload, EnqueueOptions{ID: id})
+			return err
+		},
+		publishAsync: func(subject, id string, payload []byte) (jetstream.PubAckFuture, error) {
+			return p.EnqueueAsync(subject, payload, EnqueueOptions{ID: id})
+		},
+		startWorkers: func(h func([]byte)) (func(), error) {
+			pool := NewPool(obj, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+				h(job.Payload)
+				return nil
+			}), log)
+			if err := pool.Start(context.Background()); err != nil {
+				return nil, err
+			}
+			return func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				pool.Stop(ctx)
+			}, nil
+		},
+	}
+}
+
+// startRSSSampler samples this process's resident set every 10ms and
+// returns a func that stops it and reports the peak in MB.
+func startRSSSampler() func() float64 {
+	var peak atomic.Int64
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if kb := rssKB(); kb > peak.Load() {
+				peak.Store(kb)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		<-stopped
+		return float64(peak.Load()) / 1024
+	}
+}
+
+// rssKB reads VmRSS from /proc/self/status; 0 where there is none.
+func rssKB() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("VmRSS:")); ok {
+			n, _ := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte("kB")))), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
