@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/data"
+)
+
+// TestCrashLosesNothing runs jobq serve with an exec handler that appends the
+// job's ID to a file, publishes hundreds of jobs, SIGKILLs the process at
+// random moments several times, restarts it on the same store each time,
+// and checks DESIGN.md's invariants from the effects file and the ledger:
+//
+//   - every job ran at least once and ended done (nothing lost);
+//   - a job ran again only as a resumed attempt: the crash boundary, effect
+//     done and completion not yet recorded (a job recorded done would run
+//     again as a fresh, not resumed, attempt, and fail the test).
+//
+// make test runs it short; make soak (JOBQ_SOAK=1) runs it long.
+func TestCrashLosesNothing(t *testing.T) {
+	t.Parallel()
+	jobs, kills := 300, 5
+	if os.Getenv("JOBQ_SOAK") != "" {
+		jobs, kills = 3000, 40
+	}
+	work := t.TempDir()
+	effects := filepath.Join(work, "effects")
+	// The effect first, then a little work, so kills land on both sides of
+	// the boundary.
+	handler := fmt.Sprintf(`exec:echo "$JOBQ_JOB_ID $JOBQ_ATTEMPT $JOBQ_RESUMED" >> %s; sleep 0.02`, shq(effects))
+	opts := serveOpts{dir: t.TempDir(), args: []string{
+		"--handler", "job.crash.>=" + handler, "--workers", "4",
+		"--ack-wait", "2s", "--max-deliver", "100", "--retry-backoff", "100ms",
+		"--log-level", "info",
+	}}
+	srv := startServe(t, opts)
+	publishJobs(t, srv.url, jobs)
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for k := range kills {
+		// Kill at a random moment while jobs are running.
+		time.Sleep(time.Duration(150+rng.IntN(600)) * time.Millisecond)
+		done := len(lines(t, effects))
+		srv.Kill(t)
+		t.Logf("kill %d after %d effects", k+1, done)
+		srv = startServe(t, opts)
+	}
+
+	var st statusOut
+	checkFor(t, 3*time.Minute, 200*time.Millisecond, func() error {
+		st = srv.status(t)
+		if st.Stream.Messages != 0 || st.Ledger.Records != uint64(jobs) {
+			return fmt.Errorf("JOB holds %d jobs, ledger %d records; want 0 and %d", st.Stream.Messages, st.Ledger.Records, jobs)
+		}
+		return nil
+	})
+	if st.DLQ.Messages != 0 {
+		t.Errorf("DLQ holds %d jobs, want 0", st.DLQ.Messages)
+	}
+
+	runs := map[string]int{}
+	resumedRuns, duplicates := 0, 0
+	for _, line := range lines(t, effects) {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			t.Fatalf("effects line %q: want ID ATTEMPT RESUMED", line)
+		}
+		id, resumed := f[0], f[2] == "1"
+		runs[id]++
+		if resumed {
+			resumedRuns++
+		}
+		if runs[id] > 1 {
+			duplicates++
+			if !resumed {
+				t.Errorf("job %s ran again as a fresh attempt (%q): only a resumed attempt may repeat an effect", id, line)
+			}
+		}
+	}
+	ledger := openLedger(t, srv.url)
+	for i := range jobs {
+		id := crashID(i)
+		if runs[id] == 0 {
+			t.Errorf("job %s never ran", id)
+		}
+		rec, err := ledger.Get(context.Background(), id)
+		if err != nil || rec.State != data.StateDone {
+			t.Errorf("job %s: got ledger %+v, %v; want done", id, rec, err)
+		}
+	}
+	t.Logf("%d jobs, %d kills: %d effects, %d duplicates (all at the crash boundary, seen as resumed), %d resumed attempts",
+		jobs, kills, len(lines(t, effects)), duplicates, resumedRuns)
+	srv.Stop(t)
+}
+
+// openLedger reads jobq's ledger through a plain NATS client.
+func openLedger(t *testing.T, url string) *data.Ledger {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), "processed")
+	if err != nil {
+		t.Fatalf("open ledger: %v", err)
+	}
+	return data.NewLedger(kv, time.Minute, nil)
+}
+
+func crashID(i int) string { return "crash-" + strconv.Itoa(i) }
+
+// publishJobs stores n jobs with IDs crashID(i) through a plain NATS client.
+func publishJobs(t *testing.T, url string, n int) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		m := nats.NewMsg("job.crash." + strconv.Itoa(i%7))
+		m.Data = []byte("payload " + strconv.Itoa(i))
+		m.Header.Set(nats.MsgIdHdr, crashID(i))
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(waitTimeout):
+		t.Fatalf("publish: %d acks outstanding after %s", js.PublishAsyncPending(), waitTimeout)
+	}
+}
