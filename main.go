@@ -61,6 +61,10 @@ func badUsage(format string, a ...any) error { return usageError{fmt.Errorf(form
 // os.Exit, so every defer runs.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(stdin, stdout, stderr)
+	if len(args) > 2 && (args[1] == "help" || args[1] == "h") && findCommand(app.Commands, args[2]) == nil {
+		fmt.Fprintf(stderr, "jobq: unknown command %q: see jobq --help\n", args[2])
+		return exitUsage
+	}
 	err := app.Run(flagsFirst(app, args))
 	if err == nil {
 		return exitOK
@@ -140,7 +144,9 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
-	onUsage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+	onUsage := func(c *cli.Context, err error, _ bool) error {
+		return usageError{fmt.Errorf("%w; see jobq %s --help", err, c.Command.FullName())}
+	}
 	app := &cli.App{
 		Name:                 "jobq",
 		Usage:                "a durable job queue with exactly-once workers, in one binary",
@@ -163,7 +169,9 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			versionCommand(),
 			completionCommand(),
 		},
-		CommandNotFound: func(c *cli.Context, name string) {},
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(c.App.ErrWriter, "jobq: unknown command %q: see jobq --help\n", name)
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return badUsage("unknown command %q: see jobq --help", c.Args().First())
@@ -794,7 +802,11 @@ func status(c *cli.Context) error {
 		return printJSON(c.App.Writer, st)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "stream %s\t%d jobs\t%d bytes\tseq %d..%d\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, st.Stream.Bytes, st.Stream.FirstSeq, st.Stream.LastSeq, st.Stream.DedupeWindow)
+	seqs := fmt.Sprintf("seq %d..%d", st.Stream.FirstSeq, st.Stream.LastSeq)
+	if st.Stream.Messages == 0 {
+		seqs = fmt.Sprintf("last seq %d", st.Stream.LastSeq)
+	}
+	fmt.Fprintf(tw, "stream %s\t%d jobs\t%d bytes\t%s\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, st.Stream.Bytes, seqs, st.Stream.DedupeWindow)
 	fmt.Fprintf(tw, "consumer %s\t%d pending\t%d ack pending\t%d redelivered\tmax deliver %d, ack wait %s\n", st.Consumer.Name, st.Consumer.Pending, st.Consumer.AckPending, st.Consumer.Redelivered, st.Consumer.MaxDeliver, st.Consumer.AckWait)
 	fmt.Fprintf(tw, "dead letters %s\t%d jobs\t%d bytes\t\t\n", st.DLQ.Name, st.DLQ.Messages, st.DLQ.Bytes)
 	fmt.Fprintf(tw, "ledger %s\t%d records\t%d bytes\tttl %s\t\n", st.Ledger.Bucket, st.Ledger.Records, st.Ledger.Bytes, st.Ledger.TTL)

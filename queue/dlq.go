@@ -42,8 +42,12 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	m.Header.Set(HeaderError, cause)
 	m.Header.Set(HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	m.Header.Set(nats.MsgIdHdr, "dlq-"+strconv.FormatUint(job.Seq, 10))
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamDLQ)); err != nil {
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
 		return fmt.Errorf("publish to %s: %w", StreamDLQ, err)
+	}
+	if ack.Stream != StreamDLQ {
+		return fmt.Errorf("publish to %s: stored in stream %s; another stream captures %s", StreamDLQ, ack.Stream, m.Subject)
 	}
 	return nil
 }
@@ -72,7 +76,7 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	d.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	d.FailedAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderFailedAt))
 	for k, v := range h {
-		if !strings.HasPrefix(k, "Jobq-") && k != nats.MsgIdHdr {
+		if !strings.HasPrefix(k, "Jobq-") && !strings.HasPrefix(k, "Nats-") {
 			d.Header[k] = v
 		}
 	}
@@ -139,9 +143,12 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 	}
 	m.Header.Set(HeaderJobID, d.ID)
 	m.Header.Set(nats.MsgIdHdr, "retry-"+strconv.FormatUint(d.Seq, 10))
-	ack, err := obj.JS.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamJob))
+	ack, err := obj.JS.PublishMsg(ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
+	}
+	if ack.Stream != StreamJob {
+		return nil, fmt.Errorf("re-enqueue dead letter %d: stored in stream %s, not %s", d.Seq, ack.Stream, StreamJob)
 	}
 	if err := deleteMsg(ctx, obj.Dead, d.Seq); err != nil {
 		return ack, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
