@@ -25,6 +25,9 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
@@ -247,7 +250,7 @@ func serveCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "store-dir", Value: "./jobq-data", EnvVars: env("store-dir"), Usage: "where the embedded server stores jobs and the ledger"},
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:4222", EnvVars: env("listen"), Usage: "NATS client address of the embedded server (empty: in-process only)"},
-		&cli.StringFlag{Name: "http", Value: "127.0.0.1:8222", EnvVars: env("http"), Usage: "address of /healthz and /readyz (empty: off)"},
+		&cli.StringFlag{Name: "http", Value: "127.0.0.1:8222", EnvVars: env("http"), Usage: "address of /healthz, /readyz, /metrics, /varz and /jsz (empty: off)"},
 		&cli.StringSliceFlag{Name: "handler", EnvVars: env("handler"), Usage: "route SUBJECT=SPEC, SPEC is log, exec:COMMAND or http:URL (repeatable)"},
 		&cli.BoolFlag{Name: "demo", EnvVars: env("demo"), Usage: "publish a sample payroll job every --demo-interval and log it"},
 		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, EnvVars: env("demo-interval"), Usage: "how often --demo publishes"},
@@ -391,6 +394,15 @@ func serve(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// A failed store write (a full disk) leaves the stream refusing writes
+	// until the server restarts: stop, so a supervisor's restart recovers.
+	storeFailed := make(chan string, 1)
+	sc.OnStoreError = func(msg string) {
+		select {
+		case storeFailed <- msg:
+		default:
+		}
+	}
 	router, err := routes(c, log)
 	if err != nil {
 		return err
@@ -399,6 +411,7 @@ func serve(c *cli.Context) (err error) {
 	defer stop()
 
 	var nc *nats.Conn
+	var monitor map[string]http.HandlerFunc // the embedded server's /varz, /jsz
 	if url := c.String("server"); url != "" {
 		nc, err = connect(c, url)
 		if err != nil {
@@ -422,6 +435,7 @@ func serve(c *cli.Context) (err error) {
 			return err
 		}
 		log.Info().Str("store_dir", srv.StoreDir()).Str("listen", srv.ClientURL()).Msg("embedded nats server ready")
+		monitor = srv.MonitorHandlers()
 	}
 	defer closeConn(nc, log)
 
@@ -429,11 +443,14 @@ func serve(c *cli.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}
+	reg, metrics := newMetrics()
+	qc.Metrics = metrics
 	obj, err := queue.Provision(ctx, js, qc, log)
 	if err != nil {
 		return err
 	}
 	qc = obj.Config
+	reg.MustRegister(queue.NewStatusCollector(obj, 0))
 
 	var pool *queue.Pool
 	if router.Len() > 0 {
@@ -447,7 +464,7 @@ func serve(c *cli.Context) (err error) {
 	}
 
 	if addr := c.String("http"); addr != "" {
-		hs, err := startHTTP(addr, obj, pool, log)
+		hs, err := startHTTP(addr, obj, pool, reg, monitor, log)
 		if err != nil {
 			return err
 		}
@@ -475,7 +492,13 @@ func serve(c *cli.Context) (err error) {
 	}
 
 	log.Info().Str("version", version).Msg("jobq ready")
-	<-ctx.Done()
+	var failure error
+	select {
+	case <-ctx.Done():
+	case msg := <-storeFailed:
+		failure = fmt.Errorf("store write failed (%s); jobs stored before are kept: free disk space or raise it, then start jobq again", msg)
+		log.Error().Str("error", msg).Msg("store write failed: shutting down so a restart recovers")
+	}
 	stop() // a second signal now kills the process
 	log.Info().Msg("shutting down: stop fetching and publishing")
 	demoCancel()
@@ -487,7 +510,7 @@ func serve(c *cli.Context) (err error) {
 			log.Error().Err(err).Msg("stop workers")
 		}
 	}
-	return nil
+	return failure
 }
 
 // closeConn drains nc and waits until it is closed.
@@ -507,7 +530,18 @@ func closeConn(nc *nats.Conn, log zerolog.Logger) {
 	log.Info().Msg("connection closed")
 }
 
-func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, log zerolog.Logger) (*http.Server, error) {
+// newMetrics returns a registry with the Go and process collectors and
+// jobq's counters, and those counters for queue.Config.Metrics.
+func newMetrics() (*prometheus.Registry, *queue.Metrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, queue.NewMetrics(reg)
+}
+
+// startHTTP serves /healthz, /readyz, /metrics from reg and the monitor
+// handlers (nats-server's /varz and /jsz; nil with an external server) on
+// addr until the returned server is shut down.
+func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, log zerolog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
@@ -536,6 +570,14 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, log zerolog.Lo
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError, // a slow JetStream read leaves the other metrics
+		ErrorLog:      promLogger{log},
+		Timeout:       10 * time.Second,
+	}))
+	for path, h := range monitor {
+		mux.HandleFunc("GET "+path, h)
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -544,6 +586,13 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, log zerolog.Lo
 	}()
 	log.Info().Str("http", ln.Addr().String()).Msg("health endpoints ready")
 	return hs, nil
+}
+
+// promLogger logs the errors of a /metrics scrape.
+type promLogger struct{ log zerolog.Logger }
+
+func (l promLogger) Println(v ...any) {
+	l.log.Warn().Str("error", strings.TrimSpace(fmt.Sprintln(v...))).Msg("metrics scrape")
 }
 
 // ---- client commands --------------------------------------------------

@@ -34,16 +34,17 @@ type EnqueueOptions struct {
 type Producer struct {
 	js         jetstream.JetStream
 	maxPayload int
+	metrics    *Metrics
 	// attempts and attemptTimeout bound the retries of a lost ack.
 	attempts       int
 	attemptTimeout time.Duration
 }
 
-// NewProducer returns a Producer that publishes through js and refuses
-// payloads over cfg.MaxPayload.
+// NewProducer returns a Producer that publishes through js, refuses
+// payloads over cfg.MaxPayload and counts stored jobs in cfg.Metrics.
 func NewProducer(js jetstream.JetStream, cfg Config) *Producer {
 	cfg = cfg.withDefaults()
-	return &Producer{js: js, maxPayload: cfg.MaxPayload, attempts: 5, attemptTimeout: 5 * time.Second}
+	return &Producer{js: js, maxPayload: cfg.MaxPayload, metrics: cfg.Metrics, attempts: 5, attemptTimeout: 5 * time.Second}
 }
 
 // Enqueue stores one job and returns the stream's acknowledgement. A publish
@@ -64,6 +65,9 @@ func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, 
 			return nil, fmt.Errorf("enqueue job %s on %s: stored in stream %s, not %s; another stream captures this subject", id, subject, ack.Stream, StreamJob)
 		}
 		if err == nil {
+			if !ack.Duplicate {
+				p.metrics.jobEnqueued(subject)
+			}
 			return ack, nil
 		}
 		last = err
@@ -77,6 +81,9 @@ func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, 
 		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
 		case <-ctx.Done():
 		}
+	}
+	if retryable(last) {
+		return nil, fmt.Errorf("enqueue job %s on %s: no acknowledgement from %s (%w); the store may be full or failing, see the jobq serve log; enqueueing again with the same ID is safe", id, subject, StreamJob, last)
 	}
 	return nil, fmt.Errorf("enqueue job %s on %s: %w", id, subject, last)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
@@ -13,15 +14,23 @@ import (
 type logAdapter struct {
 	log   zerolog.Logger
 	fatal atomic.Pointer[string]
+	// storeError, if set, is told of a critical store write error.
+	storeError func(msg string)
 }
 
 // Noticef lines (the start-up banner, "Server is ready") go to debug: jobq
 // logs its own lifecycle at info.
 func (a *logAdapter) Noticef(format string, v ...any) { a.log.Debug().Msg(fmt.Sprintf(format, v...)) }
 func (a *logAdapter) Warnf(format string, v ...any)   { a.log.Warn().Msg(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Errorf(format string, v ...any)  { a.log.Error().Msg(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Debugf(format string, v ...any)  { a.log.Debug().Msg(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Tracef(format string, v ...any)  { a.log.Trace().Msg(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	a.log.Error().Msg(msg)
+	if a.storeError != nil && strings.Contains(msg, "Critical write error") {
+		a.storeError(msg)
+	}
+}
+func (a *logAdapter) Debugf(format string, v ...any) { a.log.Debug().Msg(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Tracef(format string, v ...any) { a.log.Trace().Msg(fmt.Sprintf(format, v...)) }
 
 // Fatalf is logged as an error: nats-server calls it for conditions it then
 // handles by shutting down, and jobq must run its own defers.

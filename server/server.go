@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,6 +62,10 @@ type Config struct {
 	Logger zerolog.Logger
 	// Debug passes nats-server's debug lines through.
 	Debug bool
+	// OnStoreError, if set, is called when the store fails a write (a full
+	// or failing disk). nats-server then refuses writes to that stream
+	// until it restarts; jobs already stored stay on disk.
+	OnStoreError func(msg string)
 
 	internalPassword string // for jobq's own clients beside an nkey user
 }
@@ -156,7 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("configure nats server: %w", err)
 	}
 	log := cfg.Logger.With().Str("component", "nats").Logger()
-	adapter := &logAdapter{log: log}
+	adapter := &logAdapter{log: log, storeError: cfg.OnStoreError}
 	ns.SetLoggerV2(adapter, cfg.Debug, false, false)
 
 	ns.Start()
@@ -300,6 +305,17 @@ func (s *Server) ClientURL() string {
 
 // StoreDir returns the absolute store directory.
 func (s *Server) StoreDir() string { return s.ns.JetStreamConfig().StoreDir }
+
+// MonitorHandlers returns nats-server's monitoring endpoints by path, to be
+// served on jobq's own HTTP address: /varz (server information and
+// statistics) and /jsz (JetStream usage; ?streams=1&consumers=1 for
+// details). They answer JSON and take nats-server's query parameters.
+func (s *Server) MonitorHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		natsserver.VarzPath: s.ns.HandleVarz,
+		natsserver.JszPath:  s.ns.HandleJsz,
+	}
+}
 
 // Shutdown stops the server, waits until it has stopped and releases the
 // store lock. It is safe to call more than once.
