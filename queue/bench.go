@@ -133,8 +133,7 @@ type benchTarget struct {
 	startWorkers func(h func(payload []byte)) (func(), error)
 }
 
-func benchMode(ctx context.Context, cfg BenchConfig, mode string) (BenchResult, error) {
-	var res BenchResult
+func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResult, err error) {
 	debug.FreeOSMemory()
 	rss := startRSSSampler()
 	defer func() { res.PeakRSSMB = rss() }()
@@ -236,7 +235,10 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (BenchResult, 
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
 func publishAll(t benchTarget, n int, prefix string, payload func(int) []byte, progress func(int)) error {
-	futures := make([]jetstream.PubAckFuture, 0, 1024)
+	// The window stays under the connection's limit of outstanding async
+	// publishes (512), which would otherwise stall when acks are slow, as
+	// with --sync always.
+	futures := make([]jetstream.PubAckFuture, 0, 256)
 	flush := func() error {
 		for _, f := range futures {
 			select {
