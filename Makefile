@@ -55,6 +55,17 @@ tidy: ## go mod tidy
 install: build ## install bin/jobq to $(PREFIX)/bin
 	install -D -m 0755 $(BIN)/jobq $(DESTDIR)$(PREFIX)/bin/jobq
 
+PLATFORMS := linux/amd64 linux/arm64 linux/arm
+
+.PHONY: release
+release: ## cross-build static binaries for linux amd64, arm64 and arm into dist/ and print their sizes
+	@mkdir -p dist
+	@for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=dist/jobq-$$os-$$arch; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out . || exit 1; \
+	done
+	@ls -l dist | awk 'NR > 1 {printf "%-22s %6.1f MB\n", $$9, $$5 / 1048576}'
+
 .PHONY: clean
 clean: ## remove build output
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
