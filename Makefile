@@ -37,6 +37,7 @@ fuzz: ## run each fuzz target for a while
 	$(GO) test -run '^$$' -fuzz FuzzKey -fuzztime 30s ./data/
 	$(GO) test -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s ./handlers/
 	$(GO) test -run '^$$' -fuzz FuzzParseRoute -fuzztime 30s ./handlers/
+	$(GO) test -run '^$$' -fuzz FuzzParseImportLine -fuzztime 30s ./queue/
 
 .PHONY: bench
 bench: build ## Go benchmarks of the ledger, router and pipeline

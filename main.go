@@ -164,6 +164,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			serveCommand(),
 			enqueueCommand(),
+			importCommand(),
 			nextCommand(),
 			statusCommand(),
 			jobCommand(),
@@ -578,7 +579,8 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus
 	for path, h := range monitor {
 		mux.HandleFunc("GET "+path, h)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Addr tells callers the address, also of a port 0 listener.
+	hs := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
@@ -759,6 +761,171 @@ func enqueue(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "stream: %s\nseq: %d\nduplicate: %t\n", out.Stream, out.Seq, out.Duplicate)
 	return nil
+}
+
+func importCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "import",
+		Usage:     "store jobs from NDJSON, one {\"subject\", \"id\", \"payload\", \"headers\"} object a line; FILE - reads stdin",
+		ArgsUsage: "FILE|-",
+		Flags: append(clientFlags(),
+			&cli.IntFlag{Name: "window", Value: queue.DefaultImportWindow, Usage: "publishes waiting for their ack at most"},
+			&cli.BoolFlag{Name: "strict", Usage: "stop at the first malformed line (exit 2) instead of skipping it"},
+			&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, EnvVars: env("max-payload"), Usage: "largest payload accepted, in bytes"},
+		),
+		Action: importJobs,
+	}
+}
+
+func importJobs(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return badUsage("import takes one FILE, or - for stdin, e.g. jobq import jobs.ndjson")
+	}
+	if c.Int("window") < 1 || c.Int("max-payload") < 1 {
+		return badUsage("--window and --max-payload must be 1 or more")
+	}
+	in := c.App.Reader
+	if name := c.Args().First(); name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return fmt.Errorf("read jobs: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	total, err := countJobLines(in)
+	if err != nil {
+		return err
+	}
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	progress := newImportProgress(c.App.ErrWriter, total)
+	sum, err := queue.Import(ctx, queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}), in, queue.ImportOptions{
+		Window:           c.Int("window"),
+		Strict:           c.Bool("strict"),
+		AckTimeout:       c.Duration("timeout"),
+		Progress:         progress.update,
+		ProgressInterval: 200 * time.Millisecond,
+	})
+	progress.end()
+	if c.Bool("json") {
+		if sum.Errors == nil {
+			sum.Errors = []queue.LineError{}
+		}
+		printJSON(c.App.Writer, sum)
+	} else {
+		printImportSummary(c.App.Writer, sum)
+	}
+	switch {
+	case errors.Is(err, queue.ErrMalformed):
+		return usageError{err}
+	case err != nil:
+		return err
+	case sum.Malformed > 0 || sum.Failed > 0:
+		return fmt.Errorf("%d of %d lines not stored (%d malformed, %d failed): see the summary above", sum.Malformed+sum.Failed, sum.Lines, sum.Malformed, sum.Failed)
+	}
+	return nil
+}
+
+// countJobLines counts the job lines of a regular file and rewinds it, for
+// the progress bar's total; -1 for other input.
+func countJobLines(in io.Reader) (int, error) {
+	f, ok := in.(*os.File)
+	if !ok {
+		return -1, nil
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return -1, nil
+	}
+	start, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return -1, nil
+	}
+	n, err := queue.CountLines(f)
+	if _, serr := f.Seek(start, io.SeekStart); serr != nil {
+		return -1, fmt.Errorf("rewind %s: %w", f.Name(), serr)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("read jobs: %w", err)
+	}
+	return n, nil
+}
+
+// importProgress shows an import's progress: on a terminal a line redrawn
+// in place, a bar with rate and ETA when the total is known; otherwise a
+// line a second.
+type importProgress struct {
+	w           io.Writer
+	tty         bool
+	total       int // -1: unknown
+	start, last time.Time
+	drawn       bool
+}
+
+func newImportProgress(w io.Writer, total int) *importProgress {
+	f, ok := w.(*os.File)
+	now := time.Now()
+	return &importProgress{w: w, tty: ok && isatty.IsTerminal(f.Fd()), total: total, start: now, last: now}
+}
+
+func (p *importProgress) update(s queue.ImportSummary) {
+	now := time.Now()
+	if !p.tty && now.Sub(p.last) < time.Second {
+		return
+	}
+	p.last = now
+	done := s.Done()
+	rate := float64(done) / max(now.Sub(p.start).Seconds(), 1e-3)
+	var line string
+	switch {
+	case p.total >= 0:
+		eta := "?"
+		if rate > 0 {
+			eta = (time.Duration(float64(max(p.total-done, 0))/rate) * time.Second).String()
+		}
+		line = fmt.Sprintf("%d/%d lines  %.0f/s  ETA %s", done, p.total, rate, eta)
+		if p.tty {
+			const width = 30
+			filled := min(width, done*width/max(p.total, 1))
+			line = "[" + strings.Repeat("#", filled) + strings.Repeat(".", width-filled) + "] " + line
+		}
+	default:
+		line = fmt.Sprintf("%d lines  %.0f/s", done, rate)
+	}
+	if n := s.Malformed + s.Failed; n > 0 {
+		line += fmt.Sprintf("  %d not stored", n)
+	}
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[Kimport %s", line)
+		p.drawn = true
+		return
+	}
+	fmt.Fprintf(p.w, "import: %s\n", line)
+}
+
+// end clears the terminal line.
+func (p *importProgress) end() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+func printImportSummary(w io.Writer, s queue.ImportSummary) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "lines:\t%d\nstored:\t%d\nduplicates:\t%d\nmalformed:\t%d\nfailed:\t%d\n", s.Lines, s.Stored, s.Duplicates, s.Malformed, s.Failed)
+	tw.Flush()
+	for _, e := range s.Errors {
+		fmt.Fprintf(w, "line %d: %s\n", e.Line, e.Reason)
+	}
+	if more := s.Malformed + s.Failed - len(s.Errors); more > 0 {
+		fmt.Fprintf(w, "… and %d more\n", more)
+	}
 }
 
 func nextCommand() *cli.Command {

@@ -52,6 +52,9 @@ type Config struct {
 	// WorkerName identifies this process in ledger records. Defaults to
 	// host name and process ID.
 	WorkerName string
+	// Metrics receives the producer's and the pool's counts (see
+	// NewMetrics). nil means none.
+	Metrics *Metrics
 }
 
 // Defaults of Config.

@@ -4,7 +4,9 @@
 // It owns the stream JOB (work-queue retention, subjects job.>), the durable
 // pull consumer WORKER, the ledger bucket processed and the dead-letter
 // stream DLQ (see names.go), and the exactly-once protocol a worker follows
-// for each job (see Pool).
+// for each job (see Pool). It bulk-imports jobs from NDJSON (Import) and
+// counts what producers and workers do for Prometheus (Metrics,
+// StatusCollector); a nil *Metrics counts nothing.
 //
 // Invariants (DESIGN.md):
 //  1. Nothing is lost: a job leaves JOB only when it is acked after its

@@ -290,6 +290,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 		p.recordFailed(msg, job, err, *p.jobLog(job))
 		return
 	}
+	p.cfg.Metrics.jobCompleted(job.Subject)
 	p.ack(opCtx, msg, *p.jobLog(job))
 }
 
@@ -330,12 +331,14 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	switch {
 	case errors.Is(err, data.ErrAlreadyDone):
 		log.Debug().Msg("job already done: acked without running")
+		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)
 		return false
 	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != it.job.Seq:
 		// The same ID published again while the first copy runs: that copy
 		// stays in JOB until its outcome is recorded, so this one can go.
 		log.Warn().Uint64("running_seq", claim.Record.Seq).Msg("duplicate of a running job: acked without running")
+		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)
 		return false
 	case errors.Is(err, data.ErrClaimed):
@@ -392,13 +395,16 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 		p.jobLog(it.job).Warn().Msg("claim lost before the job started: left to the new holder")
 		return false
 	}
+	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
 	start := time.Now()
 	herr := p.run(ctx, it)
 	it.took = time.Since(start)
+	p.cfg.Metrics.jobHandled(it.job.Subject, it.took)
 	p.beats.remove(it) // from here the claim is this worker's alone
 
 	switch {
 	case herr == nil && p.cfg.NoLedger:
+		p.cfg.Metrics.jobCompleted(it.job.Subject)
 		if err := it.msg.Ack(); err != nil {
 			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
 		}
@@ -451,7 +457,11 @@ func (p *Pool) ackAll(ctx context.Context) {
 	for it := range p.dones {
 		if err := it.write.Wait(ctx); err != nil {
 			p.recordFailed(it.msg, it.job, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
-		} else if err := it.msg.Ack(); err != nil {
+			p.release()
+			continue
+		}
+		p.cfg.Metrics.jobCompleted(it.job.Subject)
+		if err := it.msg.Ack(); err != nil {
 			// A lost ack is harmless: the redelivery finds the job done.
 			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
 		}
@@ -478,6 +488,7 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 			}
 		}
 		ev(log.Warn()).Dur("retry_in", delay).Msg("job failed: will retry")
+		p.cfg.Metrics.jobRetried(job.Subject)
 		p.nak(msg, delay, log)
 		return
 	}
@@ -485,6 +496,7 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 		log.Error().Err(err).AnErr("cause", cause).Msg("dead-letter job: left in JOB for the sweep")
 		return
 	}
+	p.cfg.Metrics.jobDeadLettered(job.Subject)
 	var err error
 	switch {
 	case claim != nil:

@@ -100,6 +100,7 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	if err := deadLetter(ctx, p.obj.JS, job, m.Header, cause); err != nil {
 		return false, err
 	}
+	p.cfg.Metrics.jobDeadLettered(job.Subject)
 	if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
 		log.Error().Err(err).Msg("record dead-lettered job")
 	}

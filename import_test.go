@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server/servertest"
+)
+
+// TestImportCommand runs `jobq import` through run() against an embedded
+// server on a loopback port, as the client would reach `jobq serve`.
+func TestImportCommand(t *testing.T) {
+	t.Parallel()
+	srv := servertest.StartListening(t)
+	js, err := jetstream.New(servertest.Connect(t, srv))
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	obj, err := queue.Provision(context.Background(), js, queue.Config{}, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	dir := t.TempDir()
+	file := func(name string, lines ...string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	withBad := file("with-bad.ndjson",
+		`{"subject":"job.cli.a","id":"cli-1","payload":"one"}`,
+		`{"subject":"job.cli.a","id":"cli-2","payload":{"n":2}}`,
+		`{"subject":"cli.a","id":"cli-x"}`,
+		``,
+		`{"subject":"job.cli.a","id":"cli-1","payload":"one"}`,
+		`{"subject":"job.cli.b","id":"cli-3","headers":{"X-Tenant":"acme"}}`,
+	)
+	good := strings.Join([]string{
+		`{"subject":"job.cli.c","id":"cli-4"}`,
+		`{"subject":"job.cli.c","id":"cli-5","payload_base64":"aGk="}`,
+	}, "\n")
+
+	tests := []struct {
+		name                   string
+		args                   []string
+		stdin                  string
+		wantCode               int
+		wantStdout, wantStderr []string
+		wantJSON               *queue.ImportSummary
+	}{
+		{
+			name:       "file with a bad line",
+			args:       []string{withBad},
+			wantCode:   exitFailure,
+			wantStdout: []string{"lines:       5\n", "stored:      3\n", "duplicates:  1\n", "malformed:   1\n", "failed:      0\n", `line 3: invalid subject "cli.a": not under "job."`},
+			wantStderr: []string{"jobq: 1 of 5 lines not stored (1 malformed, 0 failed): see the summary above\n"},
+		},
+		{
+			name:     "stdin as json",
+			args:     []string{"--json", "-"},
+			stdin:    good,
+			wantCode: exitOK,
+			wantJSON: &queue.ImportSummary{Lines: 2, Stored: 2, Errors: []queue.LineError{}},
+		},
+		{
+			name:     "again: duplicates",
+			args:     []string{"-", "--json", "--window", "1"},
+			stdin:    good,
+			wantCode: exitOK,
+			wantJSON: &queue.ImportSummary{Lines: 2, Duplicates: 2, Errors: []queue.LineError{}},
+		},
+		{
+			name:       "strict",
+			args:       []string{"--strict", withBad},
+			wantCode:   exitUsage,
+			wantStdout: []string{"lines:       3\n", "duplicates:  2\n", "malformed:   1\n"},
+			wantStderr: []string{"jobq: malformed line: line 3: invalid subject", "nothing after it was published (--strict)"},
+		},
+		{name: "no file", args: nil, wantCode: exitUsage, wantStderr: []string{"import takes one FILE"}},
+		{name: "missing file", args: []string{filepath.Join(dir, "nope.ndjson")}, wantCode: exitFailure, wantStderr: []string{"read jobs: open ", "no such file"}},
+		{name: "bad window", args: []string{"--window", "0", withBad}, wantCode: exitUsage, wantStderr: []string{"--window"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"jobq", "import", "--server", srv.ClientURL()}, tt.args...)
+			code := run(args, strings.NewReader(tt.stdin), &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Fatalf("got exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.wantCode, stdout.String(), stderr.String())
+			}
+			for _, want := range tt.wantStdout {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout has no %q:\n%s", want, stdout.String())
+				}
+			}
+			for _, want := range tt.wantStderr {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("stderr has no %q:\n%s", want, stderr.String())
+				}
+			}
+			if tt.wantCode == exitOK && stderr.Len() > 0 {
+				t.Errorf("got stderr %q, want none", stderr.String())
+			}
+			if tt.wantJSON != nil {
+				var got queue.ImportSummary
+				if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+					t.Fatalf("stdout is not a JSON summary: %v\n%s", err, stdout.String())
+				}
+				g, _ := json.Marshal(got)
+				w, _ := json.Marshal(*tt.wantJSON)
+				if !bytes.Equal(g, w) {
+					t.Errorf("got summary %s, want %s", g, w)
+				}
+			}
+		})
+	}
+
+	// JOB holds each job once, as the file said.
+	want := map[string]string{"cli-1": "one", "cli-2": `{"n":2}`, "cli-3": "", "cli-4": "", "cli-5": "hi"}
+	info, err := obj.Jobs.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(len(want)) {
+		t.Errorf("JOB holds %d jobs, want %d", info.State.Msgs, len(want))
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := obj.Jobs.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatalf("read seq %d: %v", seq, err)
+		}
+		id := m.Header.Get("Nats-Msg-Id")
+		if payload, ok := want[id]; !ok || string(m.Data) != payload {
+			t.Errorf("job %s: got payload %q, want %q (known: %t)", id, m.Data, payload, ok)
+		}
+		if id == "cli-3" && m.Header.Get("X-Tenant") != "acme" {
+			t.Errorf("job cli-3: got headers %v, want X-Tenant: acme", m.Header)
+		}
+	}
+}

@@ -1,0 +1,455 @@
+package queue
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/handlers"
+)
+
+// ErrMalformed is returned by Import in strict mode for the first line that
+// is not a valid job.
+var ErrMalformed = errors.New("malformed line")
+
+// Defaults of ImportOptions.
+const (
+	DefaultImportWindow    = 256
+	DefaultImportMaxErrors = 20
+)
+
+// ImportOptions configures Import. Zero fields take their defaults.
+type ImportOptions struct {
+	// Window bounds the publishes waiting for their ack. Defaults to 256.
+	Window int
+	// Strict stops at the first malformed line, before anything after it is
+	// published, and returns an error wrapping ErrMalformed. Otherwise
+	// malformed lines are counted, listed and skipped.
+	Strict bool
+	// AckTimeout bounds the wait for one publish's ack; a publish whose ack
+	// did not come is retried with the same ID, so it is stored once.
+	// Defaults to 5s.
+	AckTimeout time.Duration
+	// MaxErrors is how many failed lines ImportSummary.Errors lists, those
+	// with the lowest line numbers. Defaults to 20.
+	MaxErrors int
+	// Progress, if set, is called with the counts so far at most every
+	// ProgressInterval, and once at the end. Its Errors are nil.
+	Progress func(ImportSummary)
+	// ProgressInterval defaults to 1s.
+	ProgressInterval time.Duration
+}
+
+func (o ImportOptions) withDefaults() ImportOptions {
+	if o.Window <= 0 {
+		o.Window = DefaultImportWindow
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = 5 * time.Second
+	}
+	if o.MaxErrors <= 0 {
+		o.MaxErrors = DefaultImportMaxErrors
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = time.Second
+	}
+	return o
+}
+
+// ImportSummary counts what Import did with its input's lines. Blank lines
+// are not counted.
+type ImportSummary struct {
+	// Lines is how many job lines were read.
+	Lines int `json:"lines"`
+	// Stored jobs are new in JOB; Duplicates were stored before under the
+	// same ID, inside the dedupe window.
+	Stored     int `json:"stored"`
+	Duplicates int `json:"duplicates"`
+	// Malformed lines were skipped; Failed lines were valid jobs whose
+	// publish failed (JOB full, server gone).
+	Malformed int `json:"malformed"`
+	Failed    int `json:"failed"`
+	// Errors lists the failed lines with the lowest line numbers, at most
+	// ImportOptions.MaxErrors.
+	Errors []LineError `json:"errors"`
+}
+
+// Done is how many lines are settled: stored, duplicate, malformed or
+// failed.
+func (s ImportSummary) Done() int { return s.Stored + s.Duplicates + s.Malformed + s.Failed }
+
+// LineError is a line of the input that was not stored, and why.
+type LineError struct {
+	// Line is the line's number in the input, from 1, blank lines included.
+	Line int `json:"line"`
+	// Malformed is set for a line that is not a valid job, clear for a
+	// publish that failed.
+	Malformed bool   `json:"malformed"`
+	Reason    string `json:"reason"`
+}
+
+// Import publishes one job per line of r, NDJSON: a JSON object with
+// "subject" (required), "id" (the job ID; default a fresh one), "payload" (a
+// string stored as is, or an object or array stored as compact JSON),
+// "payload_base64" instead of payload for binary data, and "headers" (an
+// object of strings or arrays of strings). Blank lines are skipped.
+//
+// Publishes are asynchronous, at most Window waiting for their ack; a lost
+// ack is retried with the same ID. Import returns when every publish is
+// settled. The error is nil unless reading r failed, ctx ended, or a line is
+// malformed in strict mode; failed lines are in the summary.
+func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (ImportSummary, error) {
+	opts = opts.withDefaults()
+	// A JetStream context of its own whose futures time out, so that
+	// waiting for one never hangs.
+	ajs, err := jetstream.New(p.js.Conn(), jetstream.WithPublishAsyncTimeout(opts.AckTimeout), jetstream.WithPublishAsyncMaxPending(opts.Window+1))
+	if err != nil {
+		return ImportSummary{}, fmt.Errorf("open jetstream: %w", err)
+	}
+	defer ajs.CleanupPublisher()
+	async := *p
+	async.js = ajs
+	im := &importer{p: p, opts: opts, ring: make([]published, opts.Window), last: time.Now()}
+
+	br := bufio.NewReaderSize(r, 64<<10)
+	// A line holds at most the payload JSON-escaped (\u0000 is six bytes
+	// for one) and its headers.
+	limit := 6*p.maxPayload + 64<<10
+	var buf []byte
+	var stop error
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			stop = fmt.Errorf("import stopped at line %d: %w", n, err)
+			break
+		}
+		line, tooLong, err := readLine(br, buf[:0], limit)
+		buf = line
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			stop = fmt.Errorf("read line %d: %w", n, err)
+			break
+		}
+		if blank(line) && !tooLong {
+			continue
+		}
+		im.sum.Lines++
+		var job importJob
+		if tooLong {
+			err = fmt.Errorf("line too long: over %d bytes", limit)
+		} else {
+			job, err = p.parseImportLine(line)
+		}
+		if err != nil {
+			im.sum.Malformed++
+			im.addError(LineError{Line: n, Malformed: true, Reason: err.Error()})
+			if opts.Strict {
+				stop = fmt.Errorf("%w: line %d: %w; nothing after it was published (--strict)", ErrMalformed, n, err)
+				break
+			}
+			im.progress(false)
+			continue
+		}
+		if im.count == len(im.ring) {
+			im.settleOldest(ctx)
+		}
+		f, err := async.EnqueueAsync(job.subject, job.payload, job.opts)
+		if err != nil {
+			im.sum.Failed++
+			im.addError(LineError{Line: n, Reason: err.Error()})
+			continue
+		}
+		im.ring[(im.head+im.count)%len(im.ring)] = published{line: n, f: f}
+		im.count++
+		im.progress(false)
+	}
+	for im.count > 0 {
+		im.settleOldest(ctx)
+	}
+	im.progress(true)
+	return im.sum, stop
+}
+
+// CountLines returns how many lines of r Import would read as jobs: those
+// that are not blank.
+func CountLines(r io.Reader) (int, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	n := 0
+	content := false
+	for {
+		b, err := br.ReadByte()
+		if err == io.EOF {
+			if content {
+				n++
+			}
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		switch b {
+		case '\n':
+			if content {
+				n++
+			}
+			content = false
+		case ' ', '\t', '\r':
+		default:
+			content = true
+		}
+	}
+}
+
+// importer is the state of one Import.
+type importer struct {
+	p    *Producer
+	opts ImportOptions
+	sum  ImportSummary
+	last time.Time // of the last progress call
+
+	// ring holds the publishes waiting for their ack, oldest at head.
+	ring        []published
+	head, count int
+}
+
+type published struct {
+	line int
+	f    jetstream.PubAckFuture
+}
+
+// settleOldest waits for the oldest publish's ack and counts it. A lost ack
+// is retried with the same ID, synchronously, so the job is stored once.
+func (im *importer) settleOldest(ctx context.Context) {
+	pub := im.ring[im.head]
+	im.ring[im.head] = published{}
+	im.head = (im.head + 1) % len(im.ring)
+	im.count--
+	var ack *jetstream.PubAck
+	var err error
+	select {
+	case ack = <-pub.f.Ok():
+	case err = <-pub.f.Err():
+	}
+	msg := pub.f.Msg()
+	id := msg.Header.Get(nats.MsgIdHdr)
+	switch {
+	case err == nil && ack.Stream != StreamJob:
+		err = fmt.Errorf("enqueue job %s on %s: stored in stream %s, not %s; another stream captures this subject", id, msg.Subject, ack.Stream, StreamJob)
+	case err == nil:
+		if !ack.Duplicate {
+			im.p.metrics.jobEnqueued(msg.Subject)
+		}
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || retryable(err):
+		// Enqueue retries, says what failed and counts its metrics.
+		ack, err = im.p.Enqueue(ctx, msg.Subject, msg.Data, EnqueueOptions{ID: id, Header: msg.Header})
+	case isFull(err):
+		err = fmt.Errorf("enqueue job %s on %s: %w (%w); stored jobs are kept: wait for workers to drain %s, or raise --max-store", id, msg.Subject, ErrFull, err, StreamJob)
+	default:
+		err = fmt.Errorf("enqueue job %s on %s: %w", id, msg.Subject, err)
+	}
+	switch {
+	case err != nil:
+		im.sum.Failed++
+		im.addError(LineError{Line: pub.line, Reason: err.Error()})
+	case ack.Duplicate:
+		im.sum.Duplicates++
+	default:
+		im.sum.Stored++
+	}
+	im.progress(false)
+}
+
+// addError keeps the failed lines with the lowest numbers.
+func (im *importer) addError(e LineError) {
+	errs := im.sum.Errors
+	i, _ := slices.BinarySearchFunc(errs, e.Line, func(x LineError, line int) int { return x.Line - line })
+	if i >= im.opts.MaxErrors {
+		return
+	}
+	errs = slices.Insert(errs, i, e)
+	if len(errs) > im.opts.MaxErrors {
+		errs = errs[:im.opts.MaxErrors]
+	}
+	im.sum.Errors = errs
+}
+
+func (im *importer) progress(final bool) {
+	if im.opts.Progress == nil {
+		return
+	}
+	if now := time.Now(); final || now.Sub(im.last) >= im.opts.ProgressInterval {
+		im.last = now
+		s := im.sum
+		s.Errors = nil
+		im.opts.Progress(s)
+	}
+}
+
+// importJob is one parsed line.
+type importJob struct {
+	subject string
+	payload []byte
+	opts    EnqueueOptions
+}
+
+// parseImportLine checks one line as Enqueue would and builds its job.
+func (p *Producer) parseImportLine(line []byte) (importJob, error) {
+	var job importJob
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return job, errors.New("not a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(line, &fields); err != nil {
+		return job, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	str := func(name string, raw json.RawMessage) (string, error) {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("%s: want a string", name)
+		}
+		return s, nil
+	}
+	var err error
+	var hasPayload, hasBase64 bool
+	for _, name := range slices.Sorted(maps.Keys(fields)) { // the first problem, always the same
+		raw := fields[name]
+		switch name {
+		case "subject":
+			if job.subject, err = str(name, raw); err != nil {
+				return job, err
+			}
+		case "id":
+			if job.opts.ID, err = str(name, raw); err != nil {
+				return job, err
+			}
+		case "payload":
+			hasPayload = true
+			switch raw[0] {
+			case '"':
+				s, err := str(name, raw)
+				if err != nil {
+					return job, err
+				}
+				job.payload = []byte(s)
+			case '{', '[':
+				var b bytes.Buffer
+				if err := json.Compact(&b, raw); err != nil {
+					return job, fmt.Errorf("payload: %w", err)
+				}
+				job.payload = b.Bytes()
+			case 'n': // null: no payload
+			default:
+				return job, errors.New("payload: want a string, an object or an array; binary data goes in payload_base64")
+			}
+		case "payload_base64":
+			hasBase64 = true
+			s, err := str(name, raw)
+			if err != nil {
+				return job, err
+			}
+			if job.payload, err = base64.StdEncoding.DecodeString(s); err != nil {
+				return job, fmt.Errorf("payload_base64: not standard base64: %w", err)
+			}
+		case "headers":
+			if job.opts.Header, err = parseHeaders(raw); err != nil {
+				return job, err
+			}
+		default:
+			return job, fmt.Errorf("unknown field %q: want subject, id, payload, payload_base64 or headers", name)
+		}
+	}
+	switch {
+	case hasPayload && hasBase64:
+		return job, errors.New("give payload or payload_base64, not both")
+	case job.subject == "":
+		return job, errors.New("missing subject")
+	}
+	if err := handlers.ValidSubject(job.subject); err != nil {
+		return job, err
+	}
+	if len(job.payload) > p.maxPayload {
+		return job, fmt.Errorf("%w: %d bytes, the limit is %d (--max-payload)", ErrPayloadTooLarge, len(job.payload), p.maxPayload)
+	}
+	if job.opts.ID != "" {
+		if err := ValidID(job.opts.ID); err != nil {
+			return job, err
+		}
+	}
+	return job, nil
+}
+
+// parseHeaders reads an object of strings or arrays of strings.
+func parseHeaders(raw json.RawMessage) (nats.Header, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return nil, errors.New("headers: want an object of strings or arrays of strings")
+	}
+	h := nats.Header{}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		v := fields[k]
+		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == ':' || r == 0x7f }) {
+			return nil, fmt.Errorf("headers: invalid name %q", k)
+		}
+		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+			return nil, fmt.Errorf("headers: %q is reserved for NATS; set the job ID with the id field", k)
+		}
+		var values []string
+		var one string
+		if err := json.Unmarshal(v, &one); err == nil {
+			values = []string{one}
+		} else if err := json.Unmarshal(v, &values); err != nil || values == nil {
+			return nil, fmt.Errorf("headers: %s: want a string or an array of strings", k)
+		}
+		for _, s := range values {
+			if strings.ContainsAny(s, "\r\n") {
+				return nil, fmt.Errorf("headers: %s: a value cannot hold a line break", k)
+			}
+			h.Add(k, s)
+		}
+	}
+	return h, nil
+}
+
+// readLine reads one line into buf, without its line end. A line longer
+// than limit is read to its end and returned empty with tooLong set. It
+// returns io.EOF only when no line is left.
+func readLine(br *bufio.Reader, buf []byte, limit int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooLong {
+			if len(buf)+len(chunk) > limit+2 { // room for "\r\n"
+				tooLong, buf = true, buf[:0]
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && (len(buf) > 0 || tooLong):
+			return bytes.TrimRight(buf, "\r\n"), tooLong, nil
+		case err != nil:
+			return buf, tooLong, err
+		}
+		return bytes.TrimRight(buf, "\r\n"), tooLong, nil
+	}
+}
+
+// blank reports a line of spaces and tabs only.
+func blank(line []byte) bool {
+	return len(bytes.Trim(line, " \t\r")) == 0
+}

@@ -1,0 +1,286 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/queue"
+)
+
+// streamJob is a stored job as the import test checks it.
+type streamJob struct {
+	subject, id, payload string
+	header               nats.Header
+}
+
+// storedJobs reads every job in JOB, in order.
+func (b *testBundle) storedJobs(t *testing.T) []streamJob {
+	t.Helper()
+	st := b.status(t)
+	var out []streamJob
+	for seq := st.Stream.FirstSeq; seq > 0 && seq <= st.Stream.LastSeq; seq++ {
+		m, err := b.obj.Jobs.GetMsg(context.Background(), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("read seq %d: %v", seq, err)
+		}
+		out = append(out, streamJob{subject: m.Subject, id: m.Header.Get(nats.MsgIdHdr), payload: string(m.Data), header: m.Header})
+	}
+	return out
+}
+
+func TestImportLines(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxPayload: 64})
+	tests := []struct {
+		name, line string
+		want       *streamJob // nil: malformed
+		reason     string     // in the malformed line's reason
+	}{
+		{name: "string payload", line: `{"subject":"job.t.str","id":"str-1","payload":"hello \"world\""}`, want: &streamJob{subject: "job.t.str", id: "str-1", payload: `hello "world"`}},
+		{name: "object payload", line: `{"subject": "job.t.obj", "id": "obj-1", "payload": {"to": "a@b.c", "n": [1, 2]}}`, want: &streamJob{subject: "job.t.obj", id: "obj-1", payload: `{"to":"a@b.c","n":[1,2]}`}},
+		{name: "array payload", line: `{"subject":"job.t.arr","id":"arr-1","payload":[1, "two"]}`, want: &streamJob{subject: "job.t.arr", id: "arr-1", payload: `[1,"two"]`}},
+		{name: "base64 payload", line: `{"subject":"job.t.b64","id":"b64-1","payload_base64":"AAEC/w=="}`, want: &streamJob{subject: "job.t.b64", id: "b64-1", payload: "\x00\x01\x02\xff"}},
+		{name: "no payload", line: `{"subject":"job.t.empty","id":"empty-1"}`, want: &streamJob{subject: "job.t.empty", id: "empty-1"}},
+		{name: "null payload", line: `{"subject":"job.t.null","id":"null-1","payload":null}`, want: &streamJob{subject: "job.t.null", id: "null-1"}},
+		{name: "headers", line: `{"subject":"job.t.hdr","id":"hdr-1","headers":{"X-Tenant":"acme","X-Tag":["a","b"]}}`, want: &streamJob{subject: "job.t.hdr", id: "hdr-1", header: nats.Header{"X-Tenant": {"acme"}, "X-Tag": {"a", "b"}}}},
+		{name: "odd id and spaces around", line: "  \t{\"subject\":\"job.t.odd\",\"id\":\"order 7/eu ✓\"}\t ", want: &streamJob{subject: "job.t.odd", id: "order 7/eu ✓"}},
+		{name: "crlf line end", line: "{\"subject\":\"job.t.crlf\",\"id\":\"crlf-1\"}\r", want: &streamJob{subject: "job.t.crlf", id: "crlf-1"}},
+		{name: "bad json", line: `{"subject":"job.x",`, reason: "invalid JSON"},
+		{name: "not an object", line: `["job.x"]`, reason: "not a JSON object"},
+		{name: "missing subject", line: `{"payload":"x"}`, reason: "missing subject"},
+		{name: "subject outside job", line: `{"subject":"foo.bar"}`, reason: `not under "job."`},
+		{name: "wildcard subject", line: `{"subject":"job.*"}`, reason: "wildcard"},
+		{name: "subject not a string", line: `{"subject":5}`, reason: "subject: want a string"},
+		{name: "payload too large", line: `{"subject":"job.x","payload":"` + strings.Repeat("x", 65) + `"}`, reason: "payload too large: 65 bytes, the limit is 64"},
+		{name: "bad id", line: `{"subject":"job.x","id":"a\u0001b"}`, reason: "bad job id"},
+		{name: "id not a string", line: `{"subject":"job.x","id":7}`, reason: "id: want a string"},
+		{name: "payload and base64", line: `{"subject":"job.x","payload":"a","payload_base64":"YQ=="}`, reason: "not both"},
+		{name: "bad base64", line: `{"subject":"job.x","payload_base64":"*"}`, reason: "not standard base64"},
+		{name: "payload a number", line: `{"subject":"job.x","payload":5}`, reason: "payload_base64"},
+		{name: "unknown field", line: `{"subject":"job.x","subjcet":"job.y"}`, reason: `unknown field "subjcet"`},
+		{name: "header not a string", line: `{"subject":"job.x","headers":{"X-A":1}}`, reason: "X-A: want a string"},
+		{name: "reserved header", line: `{"subject":"job.x","headers":{"Nats-Msg-Id":"x"}}`, reason: "reserved"},
+		{name: "header with line break", line: `{"subject":"job.x","headers":{"X-A":"a\r\nX-B: b"}}`, reason: "line break"},
+	}
+	var in bytes.Buffer
+	var wantStored []streamJob
+	var wantErrors []queue.LineError
+	for i, tt := range tests {
+		in.WriteString(tt.line + "\n")
+		if i%5 == 0 {
+			in.WriteString("\n") // blank lines count for line numbers only
+		}
+		line := i + 1 + (i+4)/5 // after the blank lines before it
+		if tt.want != nil {
+			wantStored = append(wantStored, *tt.want)
+		} else {
+			wantErrors = append(wantErrors, queue.LineError{Line: line, Malformed: true, Reason: tt.reason})
+		}
+	}
+	var progress []queue.ImportSummary
+	sum, err := queue.Import(context.Background(), b.prod, &in, queue.ImportOptions{
+		Window:   4,
+		Progress: func(s queue.ImportSummary) { progress = append(progress, s) },
+	})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if sum.Lines != len(tests) || sum.Stored != len(wantStored) || sum.Duplicates != 0 || sum.Malformed != len(wantErrors) || sum.Failed != 0 {
+		t.Errorf("got summary %+v, want %d lines, %d stored, %d malformed", sum, len(tests), len(wantStored), len(wantErrors))
+	}
+	if len(sum.Errors) != len(wantErrors) {
+		t.Fatalf("got %d errors listed, want %d: %+v", len(sum.Errors), len(wantErrors), sum.Errors)
+	}
+	for i, want := range wantErrors {
+		got := sum.Errors[i]
+		if got.Line != want.Line || !got.Malformed || !strings.Contains(got.Reason, want.Reason) {
+			t.Errorf("error %d: got %+v, want line %d, malformed, reason with %q", i, got, want.Line, want.Reason)
+		}
+	}
+	if n := len(progress); n == 0 || progress[n-1].Done() != len(tests) || progress[n-1].Errors != nil {
+		t.Errorf("got progress %+v, want a last call with every line done and no errors", progress)
+	}
+
+	got := b.storedJobs(t)
+	if len(got) != len(wantStored) {
+		t.Fatalf("JOB holds %d jobs, want %d: %+v", len(got), len(wantStored), got)
+	}
+	for i, want := range wantStored {
+		g := got[i]
+		if g.subject != want.subject || g.id != want.id || g.payload != want.payload {
+			t.Errorf("job %d: got %s %q %q, want %s %q %q", i, g.subject, g.id, g.payload, want.subject, want.id, want.payload)
+		}
+		for k, v := range want.header {
+			if !slices.Equal(g.header[k], v) {
+				t.Errorf("job %s: header %s: got %q, want %q", want.id, k, g.header[k], v)
+			}
+		}
+	}
+}
+
+func TestImportDuplicatesWithinFile(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	in := strings.Join([]string{
+		`{"subject":"job.dup","id":"d-1","payload":"first"}`,
+		`{"subject":"job.dup","id":"d-2"}`,
+		`{"subject":"job.dup","id":"d-1","payload":"second"}`,
+		`{"subject":"job.dup","payload":"no id: always new"}`,
+		`{"subject":"job.dup","payload":"no id: always new"}`,
+		`{"subject":"job.dup","id":"d-1","payload":"third"}`,
+	}, "\n")
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(in), queue.ImportOptions{})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if sum.Lines != 6 || sum.Stored != 4 || sum.Duplicates != 2 || len(sum.Errors) != 0 {
+		t.Errorf("got %+v, want 6 lines, 4 stored, 2 duplicates", sum)
+	}
+	got := b.storedJobs(t)
+	if len(got) != 4 || got[0].id != "d-1" || got[0].payload != "first" {
+		t.Errorf("got %+v, want 4 jobs, d-1 with the first payload", got)
+	}
+}
+
+func TestImportStrictStopsAtFirstBadLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	in := strings.Join([]string{
+		`{"subject":"job.s","id":"s-1"}`,
+		`{"subject":"job.s","id":"s-2"}`,
+		``,
+		`{"subject":"job.s","id":"s-3"}`,
+		`{"subject":"nope","id":"s-4"}`,
+		`{"subject":"job.s","id":"s-5"}`,
+		`not json`,
+	}, "\n")
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(in), queue.ImportOptions{Strict: true, Window: 2})
+	if !errors.Is(err, queue.ErrMalformed) || !strings.Contains(err.Error(), "line 5") {
+		t.Fatalf("got error %v, want ErrMalformed at line 5", err)
+	}
+	if sum.Lines != 4 || sum.Stored != 3 || sum.Malformed != 1 {
+		t.Errorf("got %+v, want 4 lines read, 3 stored, 1 malformed", sum)
+	}
+	var ids []string
+	for _, j := range b.storedJobs(t) {
+		ids = append(ids, j.id)
+	}
+	if want := []string{"s-1", "s-2", "s-3"}; !slices.Equal(ids, want) {
+		t.Errorf("JOB holds %q, want %q: nothing after the bad line", ids, want)
+	}
+}
+
+func TestImportListsFirstErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	var in strings.Builder
+	for i := range 30 {
+		if i%2 == 0 {
+			fmt.Fprintf(&in, "{\"subject\":\"job.e\",\"id\":\"e-%d\"}\n", i)
+		} else {
+			in.WriteString("{bad\n")
+		}
+	}
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(in.String()), queue.ImportOptions{MaxErrors: 5})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	var lines []int
+	for _, e := range sum.Errors {
+		lines = append(lines, e.Line)
+	}
+	if sum.Malformed != 15 || sum.Stored != 15 || !slices.Equal(lines, []int{2, 4, 6, 8, 10}) {
+		t.Errorf("got %d malformed, %d stored, lines %v listed; want 15, 15, [2 4 6 8 10]", sum.Malformed, sum.Stored, lines)
+	}
+}
+
+// TestImportFullStoreFails fills a small JOB: the publishes it refuses are
+// failed lines with the reason, not malformed ones, and the rest is stored.
+func TestImportFullStoreFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxBytes: 8 << 10})
+	var in strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&in, "{\"subject\":\"job.full\",\"id\":\"f-%d\",\"payload\":%q}\n", i, strings.Repeat("x", 200))
+	}
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(in.String()), queue.ImportOptions{Window: 8})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if sum.Failed == 0 || sum.Stored == 0 || sum.Stored+sum.Failed != 100 || sum.Malformed != 0 {
+		t.Fatalf("got %+v, want some stored and the rest failed", sum)
+	}
+	if e := sum.Errors[0]; e.Malformed || !strings.Contains(e.Reason, queue.ErrFull.Error()) {
+		t.Errorf("got first error %+v, want a publish failure saying %q", e, queue.ErrFull)
+	}
+	if got := len(b.storedJobs(t)); got != sum.Stored {
+		t.Errorf("JOB holds %d jobs, the summary says %d stored", got, sum.Stored)
+	}
+}
+
+func TestImport5000Lines(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	const n = 5000
+	var in strings.Builder
+	for i := range n {
+		fmt.Fprintf(&in, "{\"subject\":\"job.bulk.%d\",\"id\":\"bulk-%d\",\"payload\":{\"n\":%d}}\n", i%7, i, i)
+	}
+	total, err := queue.CountLines(strings.NewReader(in.String()))
+	if err != nil || total != n {
+		t.Fatalf("CountLines: got %d, %v; want %d", total, err, n)
+	}
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(in.String()), queue.ImportOptions{})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if sum.Lines != n || sum.Stored != n || sum.Done() != n {
+		t.Fatalf("got %+v, want %d stored", sum, n)
+	}
+	got := b.storedJobs(t)
+	if len(got) != n {
+		t.Fatalf("JOB holds %d jobs, want %d", len(got), n)
+	}
+	seen := make(map[string]bool, n)
+	for _, j := range got {
+		var i int
+		if _, err := fmt.Sscanf(j.id, "bulk-%d", &i); err != nil {
+			t.Fatalf("unexpected job %+v", j)
+		}
+		if seen[j.id] || j.subject != fmt.Sprintf("job.bulk.%d", i%7) || j.payload != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Fatalf("job %s: got %s %q (seen before: %t)", j.id, j.subject, j.payload, seen[j.id])
+		}
+		seen[j.id] = true
+	}
+}
+
+func TestCountLines(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"\n\n", 0},
+		{"a", 1},
+		{"a\n", 1},
+		{"a\n \t\r\nb\r\n", 2},
+		{"a\nb\nc", 3},
+	}
+	for _, tt := range tests {
+		if got, err := queue.CountLines(strings.NewReader(tt.in)); err != nil || got != tt.want {
+			t.Errorf("CountLines(%q): got %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+	}
+}
