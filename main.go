@@ -241,6 +241,8 @@ func queueFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "ack-wait", Value: queue.DefaultAckWait, EnvVars: env("ack-wait"), Usage: "how long a job may go without ack or heartbeat before redelivery"},
 		&cli.DurationFlag{Name: "processed-ttl", Value: queue.DefaultProcessedTTL, EnvVars: env("processed-ttl"), Usage: "how long a ledger record lives after its last write"},
 		&cli.IntFlag{Name: "workers", Value: queue.DefaultWorkers, EnvVars: env("workers"), Usage: "jobs run at once"},
+		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, EnvVars: env("prefetch"), Usage: "jobs held beyond --workers while their claim or completion is written"},
+		&cli.BoolFlag{Name: "no-ledger", EnvVars: env("no-ledger"), Usage: "turn the ledger off: at-least-once processing, faster (see README)"},
 		&cli.StringFlag{Name: "retry-backoff", Value: "1s,10s,1m", EnvVars: env("retry-backoff"), Usage: "delays before each retry, comma-separated; the last repeats"},
 		&cli.DurationFlag{Name: "job-timeout", EnvVars: env("job-timeout"), Usage: "limit on one attempt (0: none)"},
 		&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, EnvVars: env("max-payload"), Usage: "largest payload accepted, in bytes"},
@@ -288,6 +290,8 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		AckWait:      c.Duration("ack-wait"),
 		ProcessedTTL: c.Duration("processed-ttl"),
 		Workers:      c.Int("workers"),
+		Prefetch:     c.Int("prefetch"),
+		NoLedger:     c.Bool("no-ledger"),
 		RetryBackoff: backoff,
 		JobTimeout:   c.Duration("job-timeout"),
 		MaxPayload:   c.Int("max-payload"),
@@ -1261,6 +1265,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs per phase"},
 			&cli.IntFlag{Name: "payload", Value: 128, Usage: "payload size in bytes"},
 			&cli.IntFlag{Name: "workers", Value: 8, Usage: "jobq workers"},
+			&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, Usage: "jobq prefetch"},
 			&cli.StringFlag{Name: "sync", Value: "1s", Usage: "store fsync: an interval, or always"},
 			&cli.StringFlag{Name: "dir", Usage: "where to put the temporary stores (default: the system temp dir)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
@@ -1303,7 +1308,7 @@ func bench(c *cli.Context) error {
 	}
 	progress := progressPrinter(c.App.ErrWriter)
 	rep, err := queue.Bench(c.Context, queue.BenchConfig{
-		Jobs: c.Int("jobs"), Payload: c.Int("payload"), Workers: c.Int("workers"), Dir: dir,
+		Jobs: c.Int("jobs"), Payload: c.Int("payload"), Workers: c.Int("workers"), Prefetch: c.Int("prefetch"), Dir: dir,
 		Connect: func(ctx context.Context, dir string) (*nats.Conn, func(), error) {
 			cfg := sc
 			cfg.StoreDir = dir
@@ -1357,7 +1362,7 @@ func progressPrinter(w io.Writer) func(mode, phase string, done, total int) {
 }
 
 func printBench(w io.Writer, r queue.BenchReport, sync string) {
-	fmt.Fprintf(w, "jobq bench: %d jobs, %d-byte payloads, %d workers, sync %s\n\n", r.Jobs, r.Payload, r.Workers, sync)
+	fmt.Fprintf(w, "jobq bench: %d jobs, %d-byte payloads, %d workers, prefetch %d, sync %s\n\n", r.Jobs, r.Payload, r.Workers, r.Prefetch, sync)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tbaseline\tledger\tratio\tno ledger\tratio\t")
 	row := func(name string, f func(queue.BenchResult) float64, format string, ratio bool) {

@@ -32,6 +32,8 @@ type BenchConfig struct {
 	Payload int
 	// Workers for jobq's pool. Defaults to 8.
 	Workers int
+	// Prefetch for jobq's pool. Defaults to DefaultPrefetch.
+	Prefetch int
 	// Dir holds one fresh store per mode. Required.
 	Dir string
 	// Connect starts a server storing in dir and returns a connection to it
@@ -71,6 +73,7 @@ type BenchReport struct {
 	Jobs     int         `json:"jobs"`
 	Payload  int         `json:"payload"`
 	Workers  int         `json:"workers"`
+	Prefetch int         `json:"prefetch"`
 	Baseline BenchResult `json:"baseline"`
 	Ledger   BenchResult `json:"ledger"`
 	NoLedger BenchResult `json:"no_ledger"`
@@ -87,7 +90,8 @@ func Bench(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	cfg.Jobs = cmpOr(cfg.Jobs, 20000)
 	cfg.Payload = max(cmpOr(cfg.Payload, 128), 12)
 	cfg.Workers = cmpOr(cfg.Workers, 8)
-	rep := BenchReport{Jobs: cfg.Jobs, Payload: cfg.Payload, Workers: cfg.Workers}
+	cfg.Prefetch = cmpOr(cfg.Prefetch, DefaultPrefetch)
+	rep := BenchReport{Jobs: cfg.Jobs, Payload: cfg.Payload, Workers: cfg.Workers, Prefetch: cfg.Prefetch}
 	modes := []struct {
 		name string
 		out  *BenchResult
@@ -151,7 +155,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	if err != nil {
 		return res, err
 	}
-	qcfg := Config{Workers: cfg.Workers, NoLedger: mode == "no_ledger", MaxPayload: max(cfg.Payload, DefaultMaxPayload)}
+	qcfg := Config{Workers: cfg.Workers, Prefetch: cfg.Prefetch, NoLedger: mode == "no_ledger", MaxPayload: max(cfg.Payload, DefaultMaxPayload)}
 	obj, err := Provision(ctx, js, qcfg, cfg.Log)
 	if err != nil {
 		return res, err

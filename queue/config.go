@@ -28,7 +28,7 @@ type Config struct {
 	// Prefetch is how many more jobs than Workers the pool holds, being
 	// claimed or having their completion recorded, so that those round
 	// trips overlap with running handlers. Claimed jobs waiting for a worker
-	// get heartbeats. Defaults to 64.
+	// get heartbeats. Defaults to 128.
 	Prefetch int
 	// RetryBackoff is the delay before attempt n+1 after attempt n failed:
 	// RetryBackoff[n-1], the last entry repeating. Defaults to 1s, 10s, 1m.
@@ -64,7 +64,7 @@ const (
 	DefaultAckWait      = 60 * time.Second
 	DefaultProcessedTTL = 7 * 24 * time.Hour
 	DefaultWorkers      = 4
-	DefaultPrefetch     = 64
+	DefaultPrefetch     = 128
 	DefaultMaxPayload   = 1 << 20
 )
 

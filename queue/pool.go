@@ -66,6 +66,12 @@ type Pool struct {
 	stopOnce    sync.Once
 }
 
+// handlerCtx is a context for handlers and its cancel func.
+type handlerCtx struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
 // inflight is one job on its way through the pool.
 type inflight struct {
 	msg     jetstream.Msg
@@ -74,6 +80,7 @@ type inflight struct {
 	claim   data.Claim
 	write   *data.PendingWrite
 	took    time.Duration
+	hctx    handlerCtx // the worker's handler context
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -369,7 +376,22 @@ func (p *Pool) jobLog(job *data.Job) *zerolog.Logger {
 
 // runAll runs claimed jobs until the claimer closes the work channel.
 func (p *Pool) runAll(ctx context.Context, name string) {
+	// A worker's handler context lives across jobs: a new one only after a
+	// lost claim cancelled it, so a job costs no context of its own.
+	var h handlerCtx
+	defer func() {
+		if h.cancel != nil {
+			h.cancel(nil)
+		}
+	}()
 	for it := range p.work {
+		if h.ctx == nil || h.ctx.Err() != nil && ctx.Err() == nil {
+			if h.cancel != nil {
+				h.cancel(nil)
+			}
+			h.ctx, h.cancel = context.WithCancelCause(ctx)
+		}
+		it.hctx = h
 		if p.runOne(ctx, it) {
 			p.dones <- it
 			continue
@@ -526,18 +548,24 @@ func (p *Pool) recordFailed(msg jetstream.Msg, job *data.Job, err error, log zer
 // run calls the handler with a timeout and panic recovery. The heartbeat
 // loop cancels it if the claim is lost.
 func (p *Pool) run(ctx context.Context, it *inflight) error {
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	hctx := it.hctx.ctx
+	if hctx == nil { // jobq next: no worker loop
+		var cancel context.CancelCauseFunc
+		hctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		it.hctx.cancel = cancel
+	}
 	it.mu.Lock()
-	it.cancel = cancel
+	it.cancel = it.hctx.cancel
 	it.mu.Unlock()
+	base := hctx
 	if p.cfg.JobTimeout > 0 {
 		var c context.CancelFunc
 		hctx, c = context.WithTimeoutCause(hctx, p.cfg.JobTimeout, fmt.Errorf("job timeout %s reached", p.cfg.JobTimeout))
 		defer c()
 	}
 	err := p.call(hctx, it.job)
-	if cause := context.Cause(hctx); errors.Is(cause, data.ErrClaimLost) {
+	if cause := context.Cause(base); errors.Is(cause, data.ErrClaimLost) {
 		return cause
 	}
 	if err != nil && hctx.Err() != nil && ctx.Err() == nil {

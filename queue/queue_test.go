@@ -679,3 +679,36 @@ func TestUnroutedJobIsDeadLetteredWithReason(t *testing.T) {
 		t.Errorf("got %+v, want one attempt failed with no handler", rec)
 	}
 }
+
+func TestNoLedgerRunsAtLeastOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{NoLedger: true, MaxDeliver: 2})
+	c := newCounter()
+	b.startPool(t, c.wrap(func(_ context.Context, job *data.Job) error {
+		if job.Subject == "job.bad" {
+			return errors.New("always fails")
+		}
+		return nil
+	}))
+	for i := range 50 {
+		b.enqueue(t, "job.ok", fmt.Sprintf("ok-%d", i), "x")
+	}
+	b.enqueue(t, "job.bad", "bad-1", "x")
+	waitFor(t, 20*time.Second, func() error {
+		if st := b.status(t); st.Stream.Messages != 0 || st.DLQ.Messages != 1 {
+			return fmt.Errorf("JOB %d, DLQ %d; want 0 and 1", st.Stream.Messages, st.DLQ.Messages)
+		}
+		return nil
+	})
+	for i := range 50 {
+		if got := c.get(fmt.Sprintf("ok-%d", i)); got != 1 {
+			t.Errorf("job ok-%d ran %d times, want 1", i, got)
+		}
+	}
+	if c.get("bad-1") != 2 {
+		t.Errorf("failing job ran %d times, want 2", c.get("bad-1"))
+	}
+	if st := b.status(t); st.Ledger.Records != 0 {
+		t.Errorf("ledger holds %d records without a ledger, want 0", st.Ledger.Records)
+	}
+}
