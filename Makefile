@@ -43,6 +43,10 @@ fuzz: ## run each fuzz target for a while
 bench: build ## Go benchmarks of the ledger, router and pipeline
 	$(GO) test -run '^$$' -bench . -benchmem ./data/ ./handlers/ ./queue/
 
+.PHONY: footprint
+footprint: build ## binary size, idle RSS, start-up time empty and with 1M pending jobs (PENDING=n)
+	./.ci/footprint.sh
+
 .PHONY: lint
 lint: ## gofmt, go vet
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)
