@@ -40,7 +40,11 @@ fuzz: ## run each fuzz target for a while
 	$(GO) test -run '^$$' -fuzz FuzzParseImportLine -fuzztime 30s ./queue/
 
 .PHONY: bench
-bench: build ## Go benchmarks of the ledger, router and pipeline
+bench: build ## jobq bench: jobq with and without its ledger against a raw JetStream baseline
+	./$(BIN)/jobq bench
+
+.PHONY: gobench
+gobench: ## Go benchmarks of the ledger, router, record encoding and pipeline
 	$(GO) test -run '^$$' -bench . -benchmem ./data/ ./handlers/ ./queue/
 
 .PHONY: footprint

@@ -1,0 +1,88 @@
+package queue_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server/servertest"
+)
+
+func benchObjects(b *testing.B, cfg queue.Config) *queue.Objects {
+	b.Helper()
+	js, err := jetstream.New(servertest.Connect(b, servertest.Start(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	obj, err := queue.Provision(context.Background(), js, cfg, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return obj
+}
+
+// BenchmarkLedgerClaimDone is one job's ledger writes, one after another.
+func BenchmarkLedgerClaimDone(b *testing.B) {
+	obj := benchObjects(b, queue.Config{})
+	l := data.NewLedger(obj.Ledger, time.Minute, nil)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		job := &data.Job{ID: "bench-" + strconv.Itoa(i), Subject: "job.bench", Seq: uint64(i + 1)}
+		i++
+		c, err := l.Claim(ctx, job, "w")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPipeline is the whole worker pool: jobs per second from a
+// pre-filled queue through claim, handler, completion and ack.
+func BenchmarkPipeline(b *testing.B) {
+	for _, tt := range []struct {
+		name     string
+		noLedger bool
+	}{{"ledger", false}, {"no_ledger", true}} {
+		b.Run(tt.name, func(b *testing.B) {
+			obj := benchObjects(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
+			p := queue.NewProducer(obj.JS, obj.Config)
+			for i := range b.N {
+				if _, err := p.EnqueueAsync("job.bench", []byte("x"), queue.EnqueueOptions{ID: "b-" + strconv.Itoa(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			<-obj.JS.PublishAsyncComplete()
+			var handled atomic.Int64
+			done := make(chan struct{})
+			pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+				if handled.Add(1) == int64(b.N) {
+					close(done)
+				}
+				return nil
+			}), zerolog.Nop())
+			b.ReportAllocs()
+			b.ResetTimer()
+			if err := pool.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			<-done
+			b.StopTimer()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pool.Stop(ctx)
+		})
+	}
+}
