@@ -34,6 +34,7 @@ import (
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/queue/dashboard"
 	"github.com/jobq/jobq/server"
 )
 
@@ -253,7 +254,7 @@ func serveCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "store-dir", Value: "./jobq-data", EnvVars: env("store-dir"), Usage: "where the embedded server stores jobs and the ledger"},
 		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:4222", EnvVars: env("listen"), Usage: "NATS client address of the embedded server (empty: in-process only)"},
-		&cli.StringFlag{Name: "http", Value: "127.0.0.1:8222", EnvVars: env("http"), Usage: "address of /healthz, /readyz, /metrics, /varz and /jsz (empty: off)"},
+		&cli.StringFlag{Name: "http", Value: "127.0.0.1:8222", EnvVars: env("http"), Usage: "address of the dashboard, /healthz, /readyz, /metrics, /varz and /jsz (empty: off)"},
 		&cli.StringSliceFlag{Name: "handler", EnvVars: env("handler"), Usage: "route SUBJECT=SPEC, SPEC is log, exec:COMMAND or http:URL (repeatable)"},
 		&cli.BoolFlag{Name: "demo", EnvVars: env("demo"), Usage: "publish a sample payroll job every --demo-interval and log it"},
 		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, EnvVars: env("demo-interval"), Usage: "how often --demo publishes"},
@@ -450,6 +451,8 @@ func serve(c *cli.Context) (err error) {
 	}
 	reg, metrics := newMetrics()
 	qc.Metrics = metrics
+	recorder := dashboard.NewRecorder()
+	qc.Observer = recorder
 	obj, err := queue.Provision(ctx, js, qc, log)
 	if err != nil {
 		return err
@@ -469,7 +472,9 @@ func serve(c *cli.Context) (err error) {
 	}
 
 	if addr := c.String("http"); addr != "" {
-		hs, err := startHTTP(addr, obj, pool, reg, monitor, log)
+		auth := dashboard.Auth{Token: c.String("token"), User: c.String("user"), Password: c.String("password")}
+		dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: recorder, Auth: auth, Log: log.With().Str("component", "dashboard").Logger()})
+		hs, err := startHTTP(addr, obj, pool, reg, monitor, dash, auth, log)
 		if err != nil {
 			return err
 		}
@@ -543,10 +548,11 @@ func newMetrics() (*prometheus.Registry, *queue.Metrics) {
 	return reg, queue.NewMetrics(reg)
 }
 
-// startHTTP serves /healthz, /readyz, /metrics from reg and the monitor
-// handlers (nats-server's /varz and /jsz; nil with an external server) on
-// addr until the returned server is shut down.
-func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, log zerolog.Logger) (*http.Server, error) {
+// startHTTP serves /healthz, /readyz, /metrics from reg, the monitor
+// handlers (nats-server's /varz and /jsz; nil with an external server) and
+// the dashboard (nil: none) on addr until the returned server is shut down.
+// All but /healthz and /readyz require auth when it is enabled.
+func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
@@ -575,13 +581,16 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	mux.Handle("GET /metrics", auth.Require(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError, // a slow JetStream read leaves the other metrics
 		ErrorLog:      promLogger{log},
 		Timeout:       10 * time.Second,
-	}))
+	})))
 	for path, h := range monitor {
-		mux.HandleFunc("GET "+path, h)
+		mux.Handle("GET "+path, auth.Require(h))
+	}
+	if dash != nil {
+		dash.Register(mux) // it asks for auth itself
 	}
 	// Addr tells callers the address, also of a port 0 listener.
 	hs := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -590,7 +599,7 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("http", ln.Addr().String()).Msg("health endpoints ready")
+	log.Info().Str("http", ln.Addr().String()).Str("dashboard", "http://"+ln.Addr().String()+"/").Msg("health endpoints ready")
 	return hs, nil
 }
 
@@ -996,9 +1005,13 @@ func printJob(c *cli.Context, job *data.Job) error {
 
 func statusCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "status",
-		Usage:  "show stream, consumer, dead-letter and ledger counts",
-		Flags:  clientFlags(),
+		Name:  "status",
+		Usage: "show stream, consumer, dead-letter and ledger counts (--watch: again every --interval)",
+		Flags: append(clientFlags(),
+			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "show the counts again every --interval until Ctrl-C"},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, EnvVars: env("interval"), Usage: "how often --watch shows the counts"},
+			&cli.IntFlag{Name: "count", Hidden: true, Usage: "with --watch, stop after this many tables (for tests)"},
+		),
 		Action: status,
 	}
 }
@@ -1007,30 +1020,143 @@ func status(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return badUsage("status takes no arguments")
 	}
+	interval := c.Duration("interval")
+	if c.Bool("watch") && interval <= 0 {
+		return badUsage("--interval %s: want a positive duration such as 2s", interval)
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
-	defer cancel()
-	st, err := queue.ReadStatus(ctx, obj)
-	if err != nil {
+	read := func() (queue.Status, error) {
+		ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+		defer cancel()
+		return queue.ReadStatus(ctx, obj)
+	}
+	w, asJSON := c.App.Writer, c.Bool("json")
+	f, ok := w.(*os.File)
+	tty := ok && isatty.IsTerminal(f.Fd())
+	_, noColor := os.LookupEnv("NO_COLOR")
+	colour := tty && !noColor
+	if !c.Bool("watch") {
+		st, err := read()
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(w, st)
+		}
+		_, err = io.WriteString(w, statusTable(st, colour))
 		return err
 	}
-	if c.Bool("json") {
-		return printJSON(c.App.Writer, st)
+
+	// --watch: on a terminal the table is redrawn in place; elsewhere each
+	// one follows the last, under its time (--json: one object a line).
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		st, err := read()
+		var b strings.Builder
+		switch {
+		case asJSON:
+		case tty:
+			b.WriteString("\x1b[H\x1b[2J") // cursor home, clear the screen
+			fmt.Fprintf(&b, "every %s, %s (Ctrl-C stops)\n\n", interval, time.Now().Format(time.TimeOnly))
+		default:
+			if n > 1 {
+				b.WriteByte('\n')
+			}
+			fmt.Fprintf(&b, "%s\n", time.Now().Format(time.DateTime))
+		}
+		switch {
+		case err != nil && tty && !asJSON:
+			fmt.Fprintf(&b, "cannot read the status: %s; trying again\n", oneLine(err.Error()))
+		case err != nil: // shown, then tried again next time
+			fmt.Fprintf(c.App.ErrWriter, "jobq: %s\n", oneLine(err.Error()))
+		case asJSON:
+			line, _ := json.Marshal(st)
+			b.Write(line)
+			b.WriteByte('\n')
+		default:
+			b.WriteString(statusTable(st, colour))
+		}
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+		if limit := c.Int("count"); limit > 0 && n >= limit {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
 	}
-	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+}
+
+// statusTable renders st as jobq status's aligned table, with sizes and
+// durations for people; with colour a non-zero dead-letter count is red.
+func statusTable(st queue.Status, colour bool) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	seqs := fmt.Sprintf("seq %d..%d", st.Stream.FirstSeq, st.Stream.LastSeq)
 	if st.Stream.Messages == 0 {
 		seqs = fmt.Sprintf("last seq %d", st.Stream.LastSeq)
 	}
-	fmt.Fprintf(tw, "stream %s\t%d jobs\t%d bytes\t%s\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, st.Stream.Bytes, seqs, st.Stream.DedupeWindow)
-	fmt.Fprintf(tw, "consumer %s\t%d pending\t%d ack pending\t%d redelivered\tmax deliver %d, ack wait %s\n", st.Consumer.Name, st.Consumer.Pending, st.Consumer.AckPending, st.Consumer.Redelivered, st.Consumer.MaxDeliver, st.Consumer.AckWait)
-	fmt.Fprintf(tw, "dead letters %s\t%d jobs\t%d bytes\t\t\n", st.DLQ.Name, st.DLQ.Messages, st.DLQ.Bytes)
-	fmt.Fprintf(tw, "ledger %s\t%d records\t%d bytes\tttl %s\t\n", st.Ledger.Bucket, st.Ledger.Records, st.Ledger.Bytes, st.Ledger.TTL)
-	return tw.Flush()
+	dead := fmt.Sprintf("%d jobs", st.DLQ.Messages)
+	fmt.Fprintf(tw, "stream %s\t%d jobs\t%s\t%s\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, humanBytes(st.Stream.Bytes), seqs, humanSpan(st.Stream.DedupeWindow))
+	fmt.Fprintf(tw, "consumer %s\t%d pending\t%d ack pending\t%d redelivered\tmax deliver %d, ack wait %s\n", st.Consumer.Name, st.Consumer.Pending, st.Consumer.AckPending, st.Consumer.Redelivered, st.Consumer.MaxDeliver, humanSpan(st.Consumer.AckWait))
+	fmt.Fprintf(tw, "dead letters %s\t%s\t%s\t\t\n", st.DLQ.Name, dead, humanBytes(st.DLQ.Bytes))
+	fmt.Fprintf(tw, "ledger %s\t%d records\t%s\tttl %s\t\n", st.Ledger.Bucket, st.Ledger.Records, humanBytes(st.Ledger.Bytes), humanSpan(st.Ledger.TTL))
+	tw.Flush()
+	out := b.String()
+	if colour && st.DLQ.Messages > 0 {
+		// Coloured after the alignment, so the escapes take no column.
+		line := strings.Index(out, "dead letters ")
+		i := line + strings.Index(out[line:], dead)
+		out = out[:i] + "\x1b[1;31m" + dead + "\x1b[0m" + out[i+len(dead):]
+	}
+	return out
+}
+
+// humanBytes formats n bytes with decimal units: "512 B", "2.7 kB", "1.2 MB".
+func humanBytes(n uint64) string {
+	if n < 1000 {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	f, unit := float64(n), 0
+	for f >= 999.95 && unit < 5 {
+		f /= 1000
+		unit++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + [...]string{"B", "kB", "MB", "GB", "TB", "PB"}[unit]
+}
+
+// humanSpan shortens a duration as time.Duration prints it: "10m0s" is
+// "10m", "168h0m0s" is "7d", "36h0m0s" is "1d12h". Anything else stays.
+func humanSpan(s string) string {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return s
+	}
+	const day = 24 * time.Hour
+	if d >= day && d%time.Hour == 0 {
+		if h := d % day; h != 0 {
+			return fmt.Sprintf("%dd%dh", d/day, h/time.Hour)
+		}
+		return fmt.Sprintf("%dd", d/day)
+	}
+	s = d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func jobCommand() *cli.Command {
@@ -1377,9 +1503,11 @@ func printBench(w io.Writer, r queue.BenchReport, sync string) {
 	row("enqueue jobs/s (async)", func(b queue.BenchResult) float64 { return b.EnqueueAsyncPerS }, "%.0f", true)
 	row("process jobs/s", func(b queue.BenchResult) float64 { return b.ProcessPerS }, "%.0f", true)
 	row("end-to-end jobs/s", func(b queue.BenchResult) float64 { return b.E2EPerS }, "%.0f", true)
-	row("latency p50 ms", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", false)
-	row("latency p99 ms", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", false)
-	row("latency max ms", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", false)
+	row("latency p50 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", false)
+	row("latency p99 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", false)
+	row("latency max ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", false)
+	row("latency p50 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP50Ms }, "%.0f", false)
+	row("latency p99 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP99Ms }, "%.0f", false)
 	row("peak RSS MB", func(b queue.BenchResult) float64 { return b.PeakRSSMB }, "%.0f", false)
 	tw.Flush()
 	fmt.Fprintf(w, "\nlost %d, duplicated %d (ledger); lost %d, duplicated %d (no ledger)\n", r.Ledger.Lost, r.Ledger.Duplicates, r.NoLedger.Lost, r.NoLedger.Duplicates)
