@@ -16,6 +16,7 @@ import (
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/queue/dashboard"
 	"github.com/jobq/jobq/server/servertest"
 )
 
@@ -46,7 +47,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		defer cancel()
 		pool.Stop(ctx)
 	})
-	hs, err := startHTTP("127.0.0.1:0", obj, pool, reg, srv.MonitorHandlers(), log)
+	hs, err := startHTTP("127.0.0.1:0", obj, pool, reg, srv.MonitorHandlers(), nil, dashboard.Auth{}, log)
 	if err != nil {
 		t.Fatalf("start http: %v", err)
 	}

@@ -451,8 +451,10 @@ func serve(c *cli.Context) (err error) {
 	}
 	reg, metrics := newMetrics()
 	qc.Metrics = metrics
-	recorder := dashboard.NewRecorder()
-	qc.Observer = recorder
+	recorder := dashboard.NewRecorder() // what the dashboard shows of the workers
+	if c.String("http") != "" {
+		qc.Observer = recorder
+	}
 	obj, err := queue.Provision(ctx, js, qc, log)
 	if err != nil {
 		return err

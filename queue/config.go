@@ -55,6 +55,9 @@ type Config struct {
 	// Metrics receives the producer's and the pool's counts (see
 	// NewMetrics). nil means none.
 	Metrics *Metrics
+	// Observer is told how each job's attempt ended (see Observer). nil
+	// means none.
+	Observer Observer
 }
 
 // Defaults of Config.

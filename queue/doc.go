@@ -6,7 +6,9 @@
 // stream DLQ (see names.go), and the exactly-once protocol a worker follows
 // for each job (see Pool). It bulk-imports jobs from NDJSON (Import) and
 // counts what producers and workers do for Prometheus (Metrics,
-// StatusCollector); a nil *Metrics counts nothing.
+// StatusCollector); a nil *Metrics counts nothing. An Observer
+// (Config.Observer) is told how each job's attempt ended, for a live view
+// such as the dashboard (package queue/dashboard).
 //
 // Invariants (DESIGN.md):
 //  1. Nothing is lost: a job leaves JOB only when it is acked after its

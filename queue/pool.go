@@ -58,6 +58,7 @@ type Pool struct {
 	beats  *heartbeats
 
 	running     atomic.Bool
+	handling    atomic.Int64 // handlers running now, for InFlight
 	fetchCancel context.CancelFunc
 	workCancel  context.CancelFunc
 	fetchDone   chan struct{}
@@ -298,6 +299,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	p.cfg.Metrics.jobCompleted(job.Subject)
+	p.observe(job, data.StateDone, it.took, nil)
 	p.ack(opCtx, msg, *p.jobLog(job))
 }
 
@@ -419,7 +421,9 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	}
 	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
 	start := time.Now()
+	p.handling.Add(1)
 	herr := p.run(ctx, it)
+	p.handling.Add(-1)
 	it.took = time.Since(start)
 	p.cfg.Metrics.jobHandled(it.job.Subject, it.took)
 	p.beats.remove(it) // from here the claim is this worker's alone
@@ -427,6 +431,7 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	switch {
 	case herr == nil && p.cfg.NoLedger:
 		p.cfg.Metrics.jobCompleted(it.job.Subject)
+		p.observe(it.job, data.StateDone, it.took, nil)
 		if err := it.msg.Ack(); err != nil {
 			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
 		}
@@ -483,6 +488,7 @@ func (p *Pool) ackAll(ctx context.Context) {
 			continue
 		}
 		p.cfg.Metrics.jobCompleted(it.job.Subject)
+		p.observe(it.job, data.StateDone, it.took, nil)
 		if err := it.msg.Ack(); err != nil {
 			// A lost ack is harmless: the redelivery finds the job done.
 			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
@@ -511,6 +517,7 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 		}
 		ev(log.Warn()).Dur("retry_in", delay).Msg("job failed: will retry")
 		p.cfg.Metrics.jobRetried(job.Subject)
+		p.observe(job, data.StateRetrying, took, cause)
 		p.nak(msg, delay, log)
 		return
 	}
@@ -519,6 +526,7 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 		return
 	}
 	p.cfg.Metrics.jobDeadLettered(job.Subject)
+	p.observe(job, data.StateFailed, took, cause)
 	var err error
 	switch {
 	case claim != nil:

@@ -101,6 +101,7 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		return false, err
 	}
 	p.cfg.Metrics.jobDeadLettered(job.Subject)
+	p.observe(job, data.StateFailed, 0, errors.New(cause))
 	if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
 		log.Error().Err(err).Msg("record dead-lettered job")
 	}
