@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
@@ -69,7 +71,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "jobq: unknown command %q: see jobq --help\n", args[2])
 		return exitUsage
 	}
-	err := app.Run(flagsFirst(app, args))
+	args, err := configArgs(app, args, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "jobq: %s\n", oneLine(err.Error()))
+		var ue usageError
+		if errors.As(err, &ue) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	err = app.Run(flagsFirst(app, args))
 	if err == nil {
 		return exitOK
 	}
@@ -80,6 +91,140 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	return exitFailure
 }
+
+// configArgs turns the settings of a config file into command-line flags
+// for the command args names, placed right after the command, so that flags
+// given on the command line, and JOBQ_* variables, override them. The file
+// is --config FILE (anywhere in args) or JOBQ_CONFIG; its keys are flag
+// names. Keys that are a flag of some other command are skipped; a key no
+// command knows is an error.
+func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, bool)) ([]string, error) {
+	path, rest := "", make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			rest = append(rest, args[i:]...)
+			i = len(args)
+		case a == "--config" || a == "-config":
+			if i+1 >= len(args) {
+				return nil, badUsage("--config needs a file, e.g. --config jobq.yaml")
+			}
+			path = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--config=") || strings.HasPrefix(a, "-config="):
+			_, path, _ = strings.Cut(a, "=")
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if path == "" {
+		path, _ = lookupEnv("JOBQ_CONFIG")
+	}
+	if path == "" || len(rest) < 2 {
+		return rest, nil
+	}
+	cmd, at := findCommand(app.Commands, rest[1]), 2
+	for cmd != nil && at < len(rest) && findCommand(cmd.Subcommands, rest[at]) != nil {
+		cmd, at = findCommand(cmd.Subcommands, rest[at]), at+1
+	}
+	if cmd == nil {
+		return rest, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	var settings map[string]any
+	if err := yaml.Unmarshal(raw, &settings); err != nil {
+		return nil, usageError{fmt.Errorf("config %s: %w", path, oneLineErr(err))}
+	}
+	known := map[string]bool{}
+	var walk func([]*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				for _, n := range f.Names() {
+					known[n] = true
+				}
+			}
+			walk(c.Subcommands)
+		}
+	}
+	walk(app.Commands)
+	mine := map[string]cli.Flag{}
+	for _, f := range cmd.Flags {
+		mine[f.Names()[0]] = f
+	}
+	onCommandLine := func(name string) bool {
+		for _, a := range rest[at:] {
+			if a == "--" {
+				return false
+			}
+			if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && n == name {
+				return true
+			}
+		}
+		return false
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var injected []string
+	for _, k := range keys {
+		if !known[k] {
+			return nil, badUsage("config %s: unknown setting %q: use flag names, e.g. store-dir", path, k)
+		}
+		f, ok := mine[k]
+		if !ok {
+			continue // another command's setting
+		}
+		if _, set := lookupEnv(env(k)[0]); set || onCommandLine(k) {
+			continue // the environment and the command line win
+		}
+		values, err := configValues(settings[k])
+		if err != nil {
+			return nil, badUsage("config %s: %s: %v", path, k, err)
+		}
+		for _, v := range values {
+			if _, isBool := f.(*cli.BoolFlag); isBool {
+				injected = append(injected, "--"+k+"="+v)
+				continue
+			}
+			injected = append(injected, "--"+k, v)
+		}
+	}
+	out := append([]string{}, rest[:at]...)
+	out = append(out, injected...)
+	return append(out, rest[at:]...), nil
+}
+
+// configValues turns a YAML value into flag values: a scalar is one, a list
+// is one per item (for repeatable flags such as handler).
+func configValues(v any) ([]string, error) {
+	switch v := v.(type) {
+	case []any:
+		var out []string
+		for _, item := range v {
+			s, err := configValues(item)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s...)
+		}
+		return out, nil
+	case map[string]any:
+		return nil, errors.New("want a value or a list of values, not a map")
+	case nil:
+		return nil, nil
+	default:
+		return []string{fmt.Sprint(v)}, nil
+	}
+}
+
+func oneLineErr(err error) error { return errors.New(oneLine(err.Error())) }
 
 // flagsFirst moves a command's flags in front of its arguments, so that
 // `jobq job ID --json` works like `jobq job --json ID` (the flag package
@@ -205,6 +350,7 @@ func logFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: env("log-level"), Usage: "log level: trace, debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", Value: "auto", EnvVars: env("log-format"), Usage: "log format: auto (console on a terminal, else json), console or json"},
+		&cli.StringFlag{Name: "config", EnvVars: env("config"), Usage: "YAML file of settings keyed by flag name (e.g. workers: 8); flags and JOBQ_* variables override it"},
 	}
 }
 
@@ -624,6 +770,7 @@ func clientFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-ca", EnvVars: env("tls-ca"), Usage: "CA certificate file to verify the server's TLS certificate"},
 		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, EnvVars: env("timeout"), Usage: "how long to wait for the server"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		&cli.StringFlag{Name: "config", EnvVars: env("config"), Usage: "YAML file of settings keyed by flag name (e.g. workers: 8); flags and JOBQ_* variables override it"},
 	}
 }
 

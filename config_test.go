@@ -1,0 +1,83 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestConfigArgs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "jobq.yaml")
+	os.WriteFile(file, []byte(`
+store-dir: /var/lib/jobq
+workers: 8
+demo: true
+handler:
+  - job.email.*=exec:./send.sh a,b
+  - job.sms=log
+timeout: 3s
+`), 0o600)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("wokers: 8\n"), 0o600)
+	notYAML := filepath.Join(dir, "not.yaml")
+	os.WriteFile(notYAML, []byte("a: [\n"), 0o600)
+	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    []string
+		wantErr string
+	}{
+		{
+			name: "serve takes its settings, after the command",
+			args: []string{"jobq", "serve", "--config", file},
+			want: []string{"jobq", "serve", "--demo=true", "--handler", "job.email.*=exec:./send.sh a,b", "--handler", "job.sms=log", "--store-dir", "/var/lib/jobq", "--workers", "8"},
+		},
+		{
+			name: "flags on the command line win",
+			args: []string{"jobq", "serve", "--workers", "2", "--handler", "job.x=log", "--config=" + file},
+			want: []string{"jobq", "serve", "--demo=true", "--store-dir", "/var/lib/jobq", "--workers", "2", "--handler", "job.x=log"},
+		},
+		{
+			name: "environment wins",
+			args: []string{"jobq", "serve"},
+			env:  map[string]string{"JOBQ_CONFIG": file, "JOBQ_WORKERS": "3", "JOBQ_STORE_DIR": "/data"},
+			want: []string{"jobq", "serve", "--demo=true", "--handler", "job.email.*=exec:./send.sh a,b", "--handler", "job.sms=log"},
+		},
+		{
+			name: "a client command skips serve's settings",
+			args: []string{"jobq", "status", "--config", file, "--json"},
+			want: []string{"jobq", "status", "--timeout", "3s", "--json"},
+		},
+		{
+			name: "no config",
+			args: []string{"jobq", "status"},
+			want: []string{"jobq", "status"},
+		},
+		{name: "unknown setting", args: []string{"jobq", "serve", "--config", bad}, wantErr: `unknown setting "wokers"`},
+		{name: "not yaml", args: []string{"jobq", "serve", "--config", notYAML}, wantErr: "config " + notYAML},
+		{name: "missing file", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "none.yaml")}, wantErr: "read config"},
+		{name: "no file named", args: []string{"jobq", "serve", "--config"}, wantErr: "--config needs a file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
+			got, err := configArgs(app, tt.args, lookup)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v, %v; want an error containing %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("got %q, %v\nwant %q", got, err, tt.want)
+			}
+		})
+	}
+}
