@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestVersionAndCompletion(t *testing.T) {
+	t.Parallel()
+	r := jobq(t, "version", "--json")
+	var v map[string]string
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
+		t.Fatalf("jobq version --json: got %s", r)
+	}
+	if v["nats_server"] != "v2.15.2" || v["nats_go"] != "v1.55.0" || !strings.HasPrefix(v["go"], "go1.") || v["version"] == "" {
+		t.Errorf("jobq version --json: got %v, want nats-server v2.15.2, nats.go v1.55.0, a Go version and a version", v)
+	}
+	if r := jobq(t, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "jobq ") {
+		t.Errorf("jobq version: got %s", r)
+	}
+	for _, tt := range []struct{ shell, want string }{
+		{"bash", "complete -o default -F _jobq_complete jobq"},
+		{"zsh", "compdef _jobq jobq"},
+		{"fish", "complete -c jobq"},
+	} {
+		r := jobq(t, "completion", tt.shell)
+		if r.code != 0 || !strings.Contains(r.stdout, tt.want) {
+			t.Errorf("jobq completion %s: got %s, want a script with %q", tt.shell, r, tt.want)
+		}
+	}
+	// The bash script really completes: sourced in bash, it offers the
+	// commands after "jobq ".
+	if bash, err := exec.LookPath("bash"); err == nil {
+		script := filepath.Join(t.TempDir(), "c.bash")
+		os.WriteFile(script, []byte(jobq(t, "completion", "bash").stdout), 0o600)
+		cmd := exec.Command(bash, "-c", `source "$1"; COMP_WORDS=(jobq ""); COMP_CWORD=1; _jobq_complete; printf '%s\n' "${COMPREPLY[@]}"`, "bash", script)
+		cmd.Env = append(subprocessEnv(), "PATH="+filepath.Dir(jobqBin)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "serve") || !strings.Contains(string(out), "enqueue") {
+			t.Errorf("bash completion of \"jobq \": got %q, %v; want the commands", out, err)
+		}
+	}
+}
+
+// TestSecretsStayOutOfLogs runs serve with every kind of secret at debug
+// level, drives it, and checks that no secret reaches its log or status.
+func TestSecretsStayOutOfLogs(t *testing.T) {
+	t.Parallel()
+	const token, password = "tok-5ecret-0001", "pw-5ecret-0002"
+	srv := startServe(t, serveOpts{args: []string{"--token", token, "--handler", "job.>=log"}, env: []string{"JOBQ_PASSWORD_UNUSED=" + password}})
+	auth := []string{"--token", token}
+	r := srv.jobq(t, append([]string{"enqueue", "job.s", "hello", "--id", "s-1"}, auth...)...)
+	if r.code != 0 {
+		t.Fatalf("enqueue with the token: %s", r)
+	}
+	checkFor(t, waitTimeout, pollInterval, func() error {
+		if r := srv.jobq(t, append([]string{"job", "s-1", "--json"}, auth...)...); !strings.Contains(r.stdout, `"state": "done"`) {
+			return fmt.Errorf("job s-1: got %s, want done", r)
+		}
+		return nil
+	})
+	st := srv.jobq(t, append([]string{"status", "--json"}, auth...)...)
+	if r := srv.jobq(t, "status"); r.code == 0 {
+		t.Errorf("status without the token: got %s, want a refusal", r)
+	}
+	srv.Stop(t)
+	for name, text := range map[string]string{"log": srv.logText(), "status": st.stdout + st.stderr} {
+		if strings.Contains(text, token) || strings.Contains(text, password) {
+			t.Errorf("a secret appears in the %s", name)
+		}
+	}
+}
