@@ -1256,10 +1256,10 @@ func statusTable(st queue.Status, colour bool) string {
 		seqs = fmt.Sprintf("last seq %d", st.Stream.LastSeq)
 	}
 	dead := fmt.Sprintf("%d jobs", st.DLQ.Messages)
-	fmt.Fprintf(tw, "stream %s\t%d jobs\t%s\t%s\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, humanBytes(st.Stream.Bytes), seqs, humanSpan(st.Stream.DedupeWindow))
-	fmt.Fprintf(tw, "consumer %s\t%d pending\t%d ack pending\t%d redelivered\tmax deliver %d, ack wait %s\n", st.Consumer.Name, st.Consumer.Pending, st.Consumer.AckPending, st.Consumer.Redelivered, st.Consumer.MaxDeliver, humanSpan(st.Consumer.AckWait))
-	fmt.Fprintf(tw, "dead letters %s\t%s\t%s\t\t\n", st.DLQ.Name, dead, humanBytes(st.DLQ.Bytes))
-	fmt.Fprintf(tw, "ledger %s\t%d records\t%s\tttl %s\t\n", st.Ledger.Bucket, st.Ledger.Records, humanBytes(st.Ledger.Bytes), humanSpan(st.Ledger.TTL))
+	fmt.Fprintf(tw, "stream %s\t%d jobs\t%s\t%s\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, dashboard.HumanSize(st.Stream.Bytes), seqs, dashboard.HumanSpan(st.Stream.DedupeWindow))
+	fmt.Fprintf(tw, "consumer %s\t%d pending\t%d ack pending\t%d redelivered\tmax deliver %d, ack wait %s\n", st.Consumer.Name, st.Consumer.Pending, st.Consumer.AckPending, st.Consumer.Redelivered, st.Consumer.MaxDeliver, dashboard.HumanSpan(st.Consumer.AckWait))
+	fmt.Fprintf(tw, "dead letters %s\t%s\t%s\t\t\n", st.DLQ.Name, dead, dashboard.HumanSize(st.DLQ.Bytes))
+	fmt.Fprintf(tw, "ledger %s\t%d records\t%s\tttl %s\t\n", st.Ledger.Bucket, st.Ledger.Records, dashboard.HumanSize(st.Ledger.Bytes), dashboard.HumanSpan(st.Ledger.TTL))
 	tw.Flush()
 	out := b.String()
 	if colour && st.DLQ.Messages > 0 {
@@ -1269,43 +1269,6 @@ func statusTable(st queue.Status, colour bool) string {
 		out = out[:i] + "\x1b[1;31m" + dead + "\x1b[0m" + out[i+len(dead):]
 	}
 	return out
-}
-
-// humanBytes formats n bytes with decimal units: "512 B", "2.7 kB", "1.2 MB".
-func humanBytes(n uint64) string {
-	if n < 1000 {
-		return strconv.FormatUint(n, 10) + " B"
-	}
-	f, unit := float64(n), 0
-	for f >= 999.95 && unit < 5 {
-		f /= 1000
-		unit++
-	}
-	return strconv.FormatFloat(f, 'f', 1, 64) + " " + [...]string{"B", "kB", "MB", "GB", "TB", "PB"}[unit]
-}
-
-// humanSpan shortens a duration as time.Duration prints it: "10m0s" is
-// "10m", "168h0m0s" is "7d", "36h0m0s" is "1d12h". Anything else stays.
-func humanSpan(s string) string {
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return s
-	}
-	const day = 24 * time.Hour
-	if d >= day && d%time.Hour == 0 {
-		if h := d % day; h != 0 {
-			return fmt.Sprintf("%dd%dh", d/day, h/time.Hour)
-		}
-		return fmt.Sprintf("%dd", d/day)
-	}
-	s = d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 func jobCommand() *cli.Command {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/queue/dashboard"
 	"github.com/jobq/jobq/server/servertest"
 )
 
@@ -111,7 +112,7 @@ func TestStatusTable(t *testing.T) {
 		{"10m0s", "10m"}, {"1m0s", "1m"}, {"1m30s", "1m30s"}, {"1h0m0s", "1h"}, {"1h30m0s", "1h30m"},
 		{"24h0m0s", "1d"}, {"168h0m0s", "7d"}, {"36h0m0s", "1d12h"}, {"500ms", "500ms"}, {"0s", "0s"}, {"bogus", "bogus"},
 	} {
-		if got := humanSpan(tt.in); got != tt.want {
+		if got := dashboard.HumanSpan(tt.in); got != tt.want {
 			t.Errorf("humanSpan(%q): got %q, want %q", tt.in, got, tt.want)
 		}
 	}
@@ -119,7 +120,7 @@ func TestStatusTable(t *testing.T) {
 		in   uint64
 		want string
 	}{{0, "0 B"}, {999, "999 B"}, {1000, "1.0 kB"}, {2722, "2.7 kB"}, {999_949, "999.9 kB"}, {999_999, "1.0 MB"}, {1_234_567, "1.2 MB"}, {5e12, "5.0 TB"}} {
-		if got := humanBytes(tt.in); got != tt.want {
+		if got := dashboard.HumanSize(tt.in); got != tt.want {
 			t.Errorf("humanBytes(%d): got %q, want %q", tt.in, got, tt.want)
 		}
 	}

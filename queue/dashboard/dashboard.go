@@ -49,8 +49,8 @@ var templates embed.FS
 var (
 	pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMap{
 		"duration": humanDuration,
-		"size":     humanSize,
-		"span":     humanSpan,
+		"size":     HumanSize,
+		"span":     HumanSpan,
 		"clock":    clock,
 		"datetime": datetime,
 	}).ParseFS(templates, "templates/page.html"))

@@ -81,16 +81,19 @@ func humanDuration(d time.Duration) string {
 	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
 }
 
-// humanSpan shortens a duration as time.Duration prints it: "10m0s" is
-// "10m", "168h0m0s" is "7d". Anything else stays as it is.
-func humanSpan(s string) string {
+// HumanSpan shortens a duration as time.Duration prints it: "10m0s" is
+// "10m", "168h0m0s" is "7d", "36h0m0s" is "1d12h". Anything else stays.
+func HumanSpan(s string) string {
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
 		return s
 	}
 	const day = 24 * time.Hour
-	if d >= day && d%day == 0 {
-		return strconv.FormatInt(int64(d/day), 10) + "d"
+	if d >= day && d%time.Hour == 0 {
+		if h := d % day; h != 0 {
+			return fmt.Sprintf("%dd%dh", d/day, h/time.Hour)
+		}
+		return fmt.Sprintf("%dd", d/day)
 	}
 	s = d.String()
 	if strings.HasSuffix(s, "m0s") {
@@ -102,9 +105,9 @@ func humanSpan(s string) string {
 	return s
 }
 
-// humanSize formats a byte count with decimal units: "512 B", "2.7 kB",
+// HumanSize formats a byte count with decimal units: "512 B", "2.7 kB",
 // "1.2 MB".
-func humanSize(n uint64) string {
+func HumanSize(n uint64) string {
 	if n < 1000 {
 		return strconv.FormatUint(n, 10) + " B"
 	}

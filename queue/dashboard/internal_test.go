@@ -132,13 +132,13 @@ func TestHumanize(t *testing.T) {
 		n    uint64
 		want string
 	}{{0, "0 B"}, {999, "999 B"}, {2722, "2.7 kB"}, {1_234_567, "1.2 MB"}, {999_999, "1.0 MB"}} {
-		if got := humanSize(tt.n); got != tt.want {
-			t.Errorf("humanSize(%d): got %q, want %q", tt.n, got, tt.want)
+		if got := HumanSize(tt.n); got != tt.want {
+			t.Errorf("HumanSize(%d): got %q, want %q", tt.n, got, tt.want)
 		}
 	}
 	for in, want := range map[string]string{"10m0s": "10m", "1m30s": "1m30s", "1h0m0s": "1h", "168h0m0s": "7d", "x": "x"} {
-		if got := humanSpan(in); got != want {
-			t.Errorf("humanSpan(%q): got %q, want %q", in, got, want)
+		if got := HumanSpan(in); got != want {
+			t.Errorf("HumanSpan(%q): got %q, want %q", in, got, want)
 		}
 	}
 	if !strings.HasPrefix(contentPolicy, "default-src 'none'; style-src 'sha256-") {
