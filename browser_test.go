@@ -17,7 +17,6 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
@@ -53,20 +52,12 @@ func TestDashboardBrowser(t *testing.T) {
 	browser := findBrowser(t)
 	started := time.Now()
 
-	srv := servertest.Start(t)
-	js, err := jetstream.New(servertest.Connect(t, srv))
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
 	log := servertest.Logger(t)
 	reg, metrics := newMetrics()
 	rec := dashboard.NewRecorder()
-	obj, err := queue.Provision(context.Background(), js, queue.Config{
+	srv, obj := provisioned(t, false, queue.Config{
 		Metrics: metrics, Observer: rec, FetchWait: 200 * time.Millisecond, RetryBackoff: []time.Duration{10 * time.Millisecond},
-	}, log)
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
+	})
 	reg.MustRegister(queue.NewStatusCollector(obj, 0))
 	var failing atomic.Bool
 	failing.Store(true)
@@ -178,7 +169,7 @@ func TestDashboardBrowser(t *testing.T) {
 		}
 	}
 
-	prod := queue.NewProducer(js, obj.Config)
+	prod := queue.NewProducer(obj.JS, obj.Config)
 	for _, j := range []struct{ subject, id string }{
 		{"job.email.welcome", "welcome-ana"}, {"job.email.welcome", "welcome-bob"}, {"job.reports.daily", "report-2026-11-29"},
 		{"job.charge.card", "charge-1041"}, {"job.payroll", "payroll-E001"}, {"job.payroll", "payroll-E002"},

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
@@ -26,17 +24,9 @@ import (
 // /readyz, and nats-server's /varz and /jsz.
 func TestHTTPEndpoints(t *testing.T) {
 	t.Parallel()
-	srv := servertest.Start(t)
-	js, err := jetstream.New(servertest.Connect(t, srv))
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
 	log := servertest.Logger(t)
 	reg, metrics := newMetrics()
-	obj, err := queue.Provision(context.Background(), js, queue.Config{Metrics: metrics, FetchWait: 200 * time.Millisecond}, log)
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
+	srv, obj := provisioned(t, false, queue.Config{Metrics: metrics, FetchWait: 200 * time.Millisecond})
 	reg.MustRegister(queue.NewStatusCollector(obj, 0))
 	pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), log)
 	if err := pool.Start(context.Background()); err != nil {
@@ -72,7 +62,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
 	}
 
-	if _, err := queue.NewProducer(js, obj.Config).Enqueue(context.Background(), "job.http.check", []byte("x"), queue.EnqueueOptions{ID: "http-1"}); err != nil {
+	if _, err := queue.NewProducer(obj.JS, obj.Config).Enqueue(context.Background(), "job.http.check", []byte("x"), queue.EnqueueOptions{ID: "http-1"}); err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
 	deadline := time.Now().Add(20 * time.Second)

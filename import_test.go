@@ -9,25 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jobq/jobq/queue"
-	"github.com/jobq/jobq/server/servertest"
 )
 
 // TestImportCommand runs `jobq import` through run() against an embedded
 // server on a loopback port, as the client would reach `jobq serve`.
 func TestImportCommand(t *testing.T) {
 	t.Parallel()
-	srv := servertest.StartListening(t)
-	js, err := jetstream.New(servertest.Connect(t, srv))
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	obj, err := queue.Provision(context.Background(), js, queue.Config{}, servertest.Logger(t))
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
+	srv, obj := provisioned(t, true, queue.Config{})
 	dir := t.TempDir()
 	file := func(name string, lines ...string) string {
 		path := filepath.Join(dir, name)

@@ -38,6 +38,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server"
+	"github.com/jobq/jobq/server/servertest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -1631,4 +1635,23 @@ func TestCompatGoWorker(t *testing.T) {
 		t.Errorf("got %d distinct jobs, want %d", len(got), n)
 	}
 	s.waitCounts(t, counts{})
+}
+
+// provisioned starts an embedded server, listening on a loopback port when
+// listen is set, and provisions jobq's objects on it with cfg.
+func provisioned(t *testing.T, listen bool, cfg queue.Config) (*server.Server, *queue.Objects) {
+	t.Helper()
+	srv := servertest.Start(t)
+	if listen {
+		srv = servertest.StartListening(t)
+	}
+	js, err := jetstream.New(servertest.Connect(t, srv))
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	obj, err := queue.Provision(context.Background(), js, cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	return srv, obj
 }

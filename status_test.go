@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jobq/jobq/queue"
 	"github.com/jobq/jobq/queue/dashboard"
-	"github.com/jobq/jobq/server/servertest"
 )
 
 // TestStatusWatch runs jobq status --watch for two tables against an
@@ -19,20 +16,12 @@ import (
 // time, no escape codes, sizes and durations for people.
 func TestStatusWatch(t *testing.T) {
 	t.Parallel()
-	srv := servertest.StartListening(t)
-	js, err := jetstream.New(servertest.Connect(t, srv))
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	obj, err := queue.Provision(context.Background(), js, queue.Config{}, servertest.Logger(t))
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	if _, err := queue.NewProducer(js, obj.Config).Enqueue(context.Background(), "job.watch", []byte("{}"), queue.EnqueueOptions{ID: "w-1"}); err != nil {
+	srv, obj := provisioned(t, true, queue.Config{})
+	if _, err := queue.NewProducer(obj.JS, obj.Config).Enqueue(context.Background(), "job.watch", []byte("{}"), queue.EnqueueOptions{ID: "w-1"}); err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
 	// A dead letter, so that the count would be red on a terminal.
-	if _, err := js.Publish(context.Background(), queue.SubjectDLQPrefix+"job.watch", []byte("{}")); err != nil {
+	if _, err := obj.JS.Publish(context.Background(), queue.SubjectDLQPrefix+"job.watch", []byte("{}")); err != nil {
 		t.Fatalf("publish a dead letter: %v", err)
 	}
 
