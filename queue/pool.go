@@ -210,7 +210,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 // fetch pulls at most as many jobs as the pool has room for, so that no job
 // waits long in a buffer while its ack wait runs.
 func (p *Pool) fetch(ctx context.Context) {
-	for {
+	for ctx.Err() == nil { // checked first: select picks at random among ready cases
 		select {
 		case <-p.tokens:
 		case <-ctx.Done():
