@@ -51,11 +51,13 @@ type Pool struct {
 	handler handlers.Handler
 	log     zerolog.Logger
 
-	tokens chan struct{}  // one per job the pool has room for
-	claims chan *inflight // fetched, claim on its way
-	work   chan *inflight // claimed, waiting for a worker
-	dones  chan *inflight // handler done, completion on its way
-	beats  *heartbeats
+	tokens  chan struct{}  // one per job the pool has room for
+	fetched chan *inflight // fetched, not yet claimed
+	ahead   chan struct{}  // one per claim that may be made before a worker starts it
+	claims  chan *inflight // claim on its way
+	work    chan *inflight // claimed, waiting for a worker
+	dones   chan *inflight // handler done, completion on its way
+	beats   *heartbeats
 
 	running     atomic.Bool
 	handling    atomic.Int64 // handlers running now, for InFlight
@@ -109,6 +111,8 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		handler: h,
 		log:     log.With().Str("component", "worker").Logger(),
 		tokens:  make(chan struct{}, capacity),
+		fetched: make(chan *inflight, capacity),
+		ahead:   make(chan struct{}, claimAhead(cfg.Workers)),
 		claims:  make(chan *inflight, capacity),
 		work:    make(chan *inflight, capacity),
 		dones:   make(chan *inflight, capacity),
@@ -134,13 +138,20 @@ func (p *Pool) Start(ctx context.Context) error {
 	for range cap(p.tokens) {
 		p.tokens <- struct{}{}
 	}
+	for range cap(p.ahead) {
+		p.ahead <- struct{}{}
+	}
 
 	// Each stage closes the next one's channel when it ends, so Stop
 	// drains the pipeline front to back.
 	go func() {
 		defer close(p.fetchDone)
-		defer close(p.claims)
+		defer close(p.fetched)
 		p.fetch(fetchCtx)
+	}()
+	go func() {
+		defer close(p.claims)
+		p.startClaims()
 	}()
 	go func() {
 		defer close(p.work)
@@ -266,15 +277,30 @@ func (p *Pool) admit(msg jetstream.Msg) {
 		return
 	}
 	it := &inflight{msg: msg, job: job}
+	p.beats.add(it) // InProgress while it waits, so it is not redelivered
 	if p.cfg.NoLedger {
-		p.beats.add(it)
 		p.work <- it
 		return
 	}
-	if it.pending, err = p.ledger.ClaimAsync(job, p.cfg.WorkerName); err != nil {
-		p.jobLog(job).Warn().Err(err).Msg("start claim: retrying synchronously")
+	p.fetched <- it
+}
+
+// claimAhead is how many claims may be made ahead of the workers: enough to
+// keep them busy while claims travel, few enough that a crash leaves few
+// claimed jobs that never started (they come back as resumed attempts).
+func claimAhead(workers int) int { return max(8*workers, 32) }
+
+// startClaims starts the claims of fetched jobs, at most claimAhead of them
+// before a worker takes one.
+func (p *Pool) startClaims() {
+	for it := range p.fetched {
+		<-p.ahead
+		var err error
+		if it.pending, err = p.ledger.ClaimAsync(it.job, p.cfg.WorkerName); err != nil {
+			p.jobLog(it.job).Warn().Err(err).Msg("start claim: retrying synchronously")
+		}
+		p.claims <- it
 	}
-	p.claims <- it
 }
 
 // processOne takes one fetched job through every step in turn, without the
@@ -311,10 +337,11 @@ func (p *Pool) claimAll(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	for it := range p.claims {
 		if p.claimed(ctx, it) {
-			p.beats.add(it)
 			p.work <- it
 			continue
 		}
+		p.beats.remove(it)
+		p.ahead <- struct{}{}
 		p.release()
 	}
 }
@@ -331,7 +358,7 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
 	}
 	if err == nil && claim.Replaced == nil && !it.job.Resumed {
-		it.claim = claim // the plain case: a fresh claim
+		it.setClaim(claim) // the plain case: a fresh claim
 		return true
 	}
 	log := *p.jobLog(it.job)
@@ -365,8 +392,15 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	if it.job.Resumed {
 		log.Warn().Msg("resuming a job whose earlier attempt never recorded an outcome")
 	}
-	it.claim = claim
+	it.setClaim(claim)
 	return true
+}
+
+// setClaim records the job's claim; the heartbeat loop may read it.
+func (it *inflight) setClaim(c data.Claim) {
+	it.mu.Lock()
+	it.claim = c
+	it.mu.Unlock()
 }
 
 // jobLog returns a logger with job's fields. It is built only when a job
@@ -394,6 +428,9 @@ func (p *Pool) runAll(ctx context.Context, name string) {
 			h.ctx, h.cancel = context.WithCancelCause(ctx)
 		}
 		it.hctx = h
+		if !p.cfg.NoLedger {
+			p.ahead <- struct{}{}
+		}
 		if p.runOne(ctx, it) {
 			p.dones <- it
 			continue
@@ -646,8 +683,8 @@ func (p *Pool) beat(ctx context.Context, it *inflight) {
 	if err := it.msg.InProgress(); err != nil {
 		p.jobLog(it.job).Warn().Err(err).Msg("heartbeat to server")
 	}
-	if p.cfg.NoLedger {
-		return
+	if p.cfg.NoLedger || it.claim.Revision == 0 {
+		return // no claim to renew (yet)
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
