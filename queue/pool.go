@@ -39,11 +39,12 @@ const opTimeout = 10 * time.Second
 //
 // The steps are pipelined so that round trips overlap: a fetcher pulls at
 // most as many jobs as the pool has room for (Workers running plus Prefetch
-// being claimed or completed) and starts their claims without waiting; a
+// waiting, being claimed or completed); a claim starter sends claims
+// without waiting, at most claimAhead of them before a worker takes one; a
 // claimer hands each confirmed claim to a worker; a worker runs the handler
 // and starts the completion write; an acker acks each job once its
-// completion is confirmed. Jobs that are claimed or running get heartbeats
-// from one loop.
+// completion is confirmed. Every job the pool holds gets heartbeats from one
+// loop.
 type Pool struct {
 	obj     *Objects
 	cfg     Config
