@@ -37,7 +37,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		defer cancel()
 		pool.Stop(ctx)
 	})
-	hs, err := startHTTP("127.0.0.1:0", obj, pool, reg, srv.MonitorHandlers(), nil, dashboard.Auth{}, log)
+	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), nil, dashboard.Auth{}, log)
 	if err != nil {
 		t.Fatalf("start http: %v", err)
 	}

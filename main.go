@@ -564,6 +564,7 @@ func serve(c *cli.Context) (err error) {
 
 	var nc *nats.Conn
 	var monitor map[string]http.HandlerFunc // the embedded server's /varz, /jsz
+	var storeErr func() error               // the embedded store's failed write
 	if url := c.String("server"); url != "" {
 		nc, err = connect(c, url)
 		if err != nil {
@@ -588,6 +589,7 @@ func serve(c *cli.Context) (err error) {
 		}
 		log.Info().Str("store_dir", srv.StoreDir()).Str("listen", srv.ClientURL()).Msg("embedded nats server ready")
 		monitor = srv.MonitorHandlers()
+		storeErr = srv.StoreErr
 	}
 	defer closeConn(nc, log)
 
@@ -622,7 +624,7 @@ func serve(c *cli.Context) (err error) {
 	if addr := c.String("http"); addr != "" {
 		auth := dashboard.Auth{Token: c.String("token"), User: c.String("user"), Password: c.String("password")}
 		dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: recorder, Auth: auth, Log: log.With().Str("component", "dashboard").Logger()})
-		hs, err := startHTTP(addr, obj, pool, reg, monitor, dash, auth, log)
+		hs, err := startHTTP(addr, obj, pool, storeErr, reg, monitor, dash, auth, log)
 		if err != nil {
 			return err
 		}
@@ -700,7 +702,7 @@ func newMetrics() (*prometheus.Registry, *queue.Metrics) {
 // handlers (nats-server's /varz and /jsz; nil with an external server) and
 // the dashboard (nil: none) on addr until the returned server is shut down.
 // All but /healthz and /readyz require auth when it is enabled.
-func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) (*http.Server, error) {
+func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func() error, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
@@ -719,6 +721,9 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, reg prometheus
 		defer cancel()
 		workers := pool == nil || pool.Running()
 		_, err := obj.Jobs.Info(ctx)
+		if err == nil && storeErr != nil {
+			err = storeErr()
+		}
 		if !workers || err != nil {
 			msg := "workers stopped"
 			if err != nil {

@@ -16,6 +16,8 @@ type logAdapter struct {
 	fatal atomic.Pointer[string]
 	// storeError, if set, is told of a critical store write error.
 	storeError func(msg string)
+	// lastStoreError is the last critical store write error, if any.
+	lastStoreError atomic.Pointer[string]
 }
 
 // Noticef lines (the start-up banner, "Server is ready") go to debug: jobq
@@ -25,8 +27,11 @@ func (a *logAdapter) Warnf(format string, v ...any)   { a.log.Warn().Msg(fmt.Spr
 func (a *logAdapter) Errorf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	a.log.Error().Msg(msg)
-	if a.storeError != nil && strings.Contains(msg, "Critical write error") {
-		a.storeError(msg)
+	if strings.Contains(msg, "Critical write error") {
+		a.lastStoreError.Store(&msg)
+		if a.storeError != nil {
+			a.storeError(msg)
+		}
 	}
 }
 func (a *logAdapter) Debugf(format string, v ...any) { a.log.Debug().Msg(fmt.Sprintf(format, v...)) }

@@ -118,10 +118,11 @@ func (c Config) hasAuth() bool { return c.Token != "" || c.User != "" || c.NKey 
 
 // Server is a running embedded NATS server with JetStream.
 type Server struct {
-	ns   *natsserver.Server
-	lock *os.File
-	cfg  Config
-	log  zerolog.Logger
+	ns      *natsserver.Server
+	lock    *os.File
+	cfg     Config
+	log     zerolog.Logger
+	adapter *logAdapter
 }
 
 // Start starts the server on cfg.StoreDir and returns once it accepts
@@ -177,7 +178,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		unlockDir(lock)
 		return nil, fmt.Errorf("jetstream did not start in %s; check the log above and the store dir's permissions", dir)
 	}
-	return &Server{ns: ns, lock: lock, cfg: cfg, log: log}, nil
+	return &Server{ns: ns, lock: lock, cfg: cfg, log: log, adapter: adapter}, nil
 }
 
 // checkWritable fails early, with a clear message, on a store dir jobq
@@ -301,6 +302,15 @@ func (s *Server) ClientURL() string {
 		return ""
 	}
 	return s.ns.ClientURL()
+}
+
+// StoreErr returns the store's last failed write, or nil: after one,
+// nats-server refuses writes to that stream until it restarts.
+func (s *Server) StoreErr() error {
+	if p := s.adapter.lastStoreError.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return nil
 }
 
 // StoreDir returns the absolute store directory.
