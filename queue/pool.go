@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,11 +158,11 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.claimAll(workCtx)
 	}()
 	var workers sync.WaitGroup
-	for i := range p.cfg.Workers {
+	for range p.cfg.Workers {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			p.runAll(workCtx, p.cfg.WorkerName+"/"+strconv.Itoa(i))
+			p.runAll(workCtx)
 		}()
 	}
 	go func() {
@@ -412,7 +411,7 @@ func (p *Pool) jobLog(job *data.Job) *zerolog.Logger {
 }
 
 // runAll runs claimed jobs until the claimer closes the work channel.
-func (p *Pool) runAll(ctx context.Context, name string) {
+func (p *Pool) runAll(ctx context.Context) {
 	// A worker's handler context lives across jobs: a new one only after a
 	// lost claim cancelled it, so a job costs no context of its own.
 	var h handlerCtx
