@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,6 +73,40 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	for name, text := range map[string]string{"log": srv.logText(), "status": st.stdout + st.stderr} {
 		if strings.Contains(text, token) || strings.Contains(text, password) {
 			t.Errorf("a secret appears in the %s", name)
+		}
+	}
+}
+
+// TestSystemdUnit checks the hardened unit in packaging/: the directives the
+// README promises, and that every JOBQ_ variable it sets is a real setting.
+func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("packaging/jobq.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(raw)
+	for _, want := range []string{
+		"\nDynamicUser=yes\n", "\nStateDirectory=jobq\n", "\nProtectSystem=strict\n", "\nRestart=on-failure\n",
+		"\nNoNewPrivileges=yes\n", "\nCapabilityBoundingSet=\n", "\nExecStart=/usr/local/bin/jobq serve\n", "\nKillSignal=SIGTERM\n",
+	} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("jobq.service lacks %q", strings.TrimSpace(want))
+		}
+	}
+	known := map[string]bool{}
+	for _, cmd := range newApp(strings.NewReader(""), io.Discard, io.Discard).Commands {
+		for _, f := range cmd.Flags {
+			for _, n := range f.Names() {
+				known[env(n)[0]] = true
+			}
+		}
+	}
+	for _, line := range strings.Split(unit, "\n") {
+		for _, field := range strings.Fields(strings.TrimPrefix(line, "Environment=")) {
+			if name, _, ok := strings.Cut(field, "="); ok && strings.HasPrefix(name, "JOBQ_") && !known[name] {
+				t.Errorf("jobq.service sets %s, which no flag reads", name)
+			}
 		}
 	}
 }
