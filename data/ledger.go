@@ -100,7 +100,8 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 			// An expired claim, a failed attempt, a cut-off attempt or a
 			// dead-lettered job being run again.
 			next.Attempts = prev.Attempts + 1
-			next.Resumed = prev.State == StateRunning || prev.State == StateRetrying && prev.LastError == CauseCutOff
+			next.Resumed = prev.State == StateRunning ||
+				prev.State == StateRetrying && (prev.LastError == CauseCutOff || prev.LastError == CauseReleased && prev.Resumed)
 			if !prev.FirstAt.IsZero() {
 				next.FirstAt = prev.FirstAt
 			}
@@ -123,6 +124,21 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 // CauseCutOff is the last error recorded for an attempt that shutdown cut
 // off; the next attempt counts as resumed.
 const CauseCutOff = "attempt cut off by shutdown"
+
+// CauseReleased is the last error recorded for a claimed job that shutdown
+// handed back before its handler started; the next attempt is resumed only
+// if this claim was.
+const CauseReleased = "released by shutdown before it started"
+
+// Release hands back a claim whose handler never started: the record waits
+// for redelivery, with the attempt not counted.
+func (l *Ledger) Release(ctx context.Context, c *Claim) error {
+	next := c.Record
+	next.State, next.LastError = StateRetrying, CauseReleased
+	next.Attempts = max(next.Attempts-1, 0)
+	next.LeaseUntil = time.Time{}
+	return l.update(ctx, c, next)
+}
 
 // Renew extends c's lease from now.
 func (l *Ledger) Renew(ctx context.Context, c *Claim) error {

@@ -147,3 +147,31 @@ func TestLedgerReplacesCorruptRecord(t *testing.T) {
 		t.Errorf("claim: got %+v, %v; want a claim that reports the replaced record", c, err)
 	}
 }
+
+func TestLedgerReleaseIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := data.NewLedger(newKV(t), time.Minute, nil)
+	job := &data.Job{ID: "rel", Subject: "job.x", Seq: 1}
+	c, _ := l.Claim(ctx, job, "w")
+	if err := l.Release(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := l.Claim(ctx, job, "w")
+	if err != nil || c2.Record.Resumed || c2.Record.Attempts != 1 {
+		t.Fatalf("claim after a release: got %+v, %v; want attempt 1, not resumed", c2.Record, err)
+	}
+	// A released claim that was itself resumed passes that on.
+	l2 := data.NewLedger(newKV(t), 20*time.Millisecond, nil)
+	l2.Claim(ctx, job, "dead")
+	time.Sleep(30 * time.Millisecond)
+	r, _ := l2.Claim(ctx, job, "w")
+	if !r.Record.Resumed {
+		t.Fatalf("takeover: got %+v, want resumed", r.Record)
+	}
+	l2.Release(ctx, &r)
+	r2, _ := l2.Claim(ctx, job, "w")
+	if !r2.Record.Resumed {
+		t.Errorf("claim after releasing a resumed claim: got %+v, want still resumed", r2.Record)
+	}
+}

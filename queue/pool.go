@@ -443,9 +443,9 @@ func (p *Pool) runAll(ctx context.Context) {
 // job succeeded and its completion is on its way (for the acker).
 func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	if ctx.Err() != nil {
-		// Claimed, but shutdown cut the wait for a worker: hand it back.
+		// Claimed, but shutdown came before a worker: hand it back.
 		p.beats.remove(it)
-		p.cutOff(it, 0, ctx.Err())
+		p.releaseUnstarted(it)
 		return false
 	}
 	it.mu.Lock()
@@ -511,6 +511,21 @@ func (p *Pool) cutOff(it *inflight, took time.Duration, cause error) {
 		}
 	}
 	p.jobLog(it.job).Warn().Err(cause).Msg("job cut off by shutdown: released")
+	p.nak(it.msg, 0, *p.jobLog(it.job))
+}
+
+// releaseUnstarted hands back a claimed job whose handler never started:
+// its next attempt is not counted as resumed on its account.
+func (p *Pool) releaseUnstarted(it *inflight) {
+	if !p.cfg.NoLedger {
+		opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := p.ledger.Release(opCtx, &it.claim); err != nil {
+			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
+			return
+		}
+	}
+	p.jobLog(it.job).Info().Msg("job released by shutdown before it started")
 	p.nak(it.msg, 0, *p.jobLog(it.job))
 }
 

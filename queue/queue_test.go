@@ -712,3 +712,47 @@ func TestNoLedgerRunsAtLeastOnce(t *testing.T) {
 		t.Errorf("ledger holds %d records without a ledger, want 0", st.Ledger.Records)
 	}
 }
+
+func TestShutdownReleasesUnstartedJobsUnresumed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 1})
+	started := make(chan struct{}, 1)
+	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}), servertest.Logger(t))
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job.s", "first", "x")
+	<-started
+	b.enqueue(t, "job.s", "waiting", "x")
+	b.waitState(t, "waiting", data.StateRunning) // claimed, its worker busy
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if rec := b.record(t, "waiting"); rec.State != data.StateRetrying || rec.LastError != data.CauseReleased || rec.Attempts != 0 {
+		t.Fatalf("unstarted job: got %+v, want retrying, released, no attempt", rec)
+	}
+	seen := map[string]*data.Job{}
+	var mu sync.Mutex
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		seen[job.ID] = job
+		mu.Unlock()
+		return nil
+	}))
+	b.waitState(t, "first", data.StateDone)
+	b.waitState(t, "waiting", data.StateDone)
+	mu.Lock()
+	defer mu.Unlock()
+	if !seen["first"].Resumed {
+		t.Errorf("the cut-off job: got %+v, want resumed", seen["first"])
+	}
+	if seen["waiting"].Resumed {
+		t.Errorf("the job that never started: got %+v, want not resumed", seen["waiting"])
+	}
+}
