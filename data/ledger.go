@@ -31,6 +31,7 @@ type Ledger struct {
 	js     jetstream.JetStream // for the async writes; nil: they wait
 	prefix string              // the bucket's subject prefix, "$KV.processed."
 	lease  time.Duration
+	reads  reads
 }
 
 // NewLedger returns a Ledger over kv whose claims last lease unless renewed.
@@ -57,15 +58,13 @@ type Claim struct {
 // that takes over an expired one, or follows an attempt that was cut off,
 // sets Record.Resumed and job.Resumed.
 func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, error) {
-	now := time.Now().UTC()
 	c := Claim{Key: Key(job.ID)}
-	rec := Record{
-		ID: job.ID, State: StateRunning, Subject: job.Subject, Seq: job.Seq,
-		Attempts: 1, Worker: worker, LeaseUntil: now.Add(l.lease), FirstAt: now, StartedAt: now,
-	}
+	rec := l.newClaimRecord(job, worker)
+	now := rec.StartedAt
 	rev, err := l.kv.Create(ctx, c.Key, rec.encode())
 	if err == nil {
 		c.Revision, c.Record = rev, rec
+		job.Resumed = rec.Resumed
 		return c, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -77,6 +76,7 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 			// Deleted or expired since Create: try to create it again.
 			if rev, err := l.kv.Create(ctx, c.Key, rec.encode()); err == nil {
 				c.Revision, c.Record = rev, rec
+				job.Resumed = rec.Resumed
 				return c, nil
 			}
 			continue
@@ -119,6 +119,19 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 		return c, nil
 	}
 	return c, fmt.Errorf("claim job %s: record keeps changing: %w", job.ID, ErrClaimed)
+}
+
+// newClaimRecord is the record of a first claim on job. A job delivered
+// before that has no record yet had an earlier attempt that may have run its
+// handler without recording an outcome (see Prepare), so this one counts as
+// resumed, and its attempts are its deliveries.
+func (l *Ledger) newClaimRecord(job *Job, worker string) Record {
+	now := time.Now().UTC()
+	return Record{
+		ID: job.ID, State: StateRunning, Subject: job.Subject, Seq: job.Seq,
+		Attempts: max(job.Attempt, 1), Worker: worker, LeaseUntil: now.Add(l.lease), FirstAt: now, StartedAt: now,
+		Resumed: job.Attempt > 1,
+	}
 }
 
 // CauseCutOff is the last error recorded for an attempt that shutdown cut

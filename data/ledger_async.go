@@ -31,11 +31,7 @@ type PendingClaim struct {
 // ClaimAsync starts claiming job for worker, assuming it has no record yet.
 // Wait returns what Claim would.
 func (l *Ledger) ClaimAsync(job *Job, worker string) (*PendingClaim, error) {
-	now := time.Now().UTC()
-	rec := Record{
-		ID: job.ID, State: StateRunning, Subject: job.Subject, Seq: job.Seq,
-		Attempts: 1, Worker: worker, LeaseUntil: now.Add(l.lease), FirstAt: now, StartedAt: now,
-	}
+	rec := l.newClaimRecord(job, worker)
 	pc := &PendingClaim{l: l, job: job, worker: worker, claim: Claim{Key: Key(job.ID), Record: rec}}
 	if l.js == nil {
 		return pc, nil
@@ -57,6 +53,7 @@ func (pc *PendingClaim) Wait(ctx context.Context) (Claim, error) {
 	ack, err := waitFuture(ctx, pc.fut)
 	if err == nil {
 		pc.claim.Revision = ack.Sequence
+		pc.job.Resumed = pc.claim.Record.Resumed
 		return pc.claim, nil
 	}
 	if isWrongLastSeq(err) {

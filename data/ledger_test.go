@@ -3,6 +3,8 @@ package data_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -173,5 +175,116 @@ func TestLedgerReleaseIsNotAnAttempt(t *testing.T) {
 	r2, _ := l2.Claim(ctx, job, "w")
 	if !r2.Record.Resumed {
 		t.Errorf("claim after releasing a resumed claim: got %+v, want still resumed", r2.Record)
+	}
+}
+
+func newLedgerJS(t *testing.T) *data.Ledger {
+	t.Helper()
+	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "processed", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := data.NewLedger(kv, time.Minute, js)
+	t.Cleanup(l.Close)
+	return l
+}
+
+func TestLedgerRecordedReadsManyKeysAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLedgerJS(t)
+	job := func(id string) *data.Job { return &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1} }
+
+	// An empty bucket has no record for anyone.
+	found, err := l.Recorded(ctx, []*data.Job{job("a"), job("b")})
+	if err != nil || len(found) != 2 || found[0] || found[1] {
+		t.Fatalf("empty bucket: got %v, %v; want [false false]", found, err)
+	}
+
+	// Plain and encoded keys, a done and a running record, a job listed twice.
+	for _, id := range []string{"done-1", "ünïcode/id *"} {
+		c, err := l.Claim(ctx, job(id), "w")
+		if err != nil {
+			t.Fatalf("claim %s: %v", id, err)
+		}
+		if id == "done-1" {
+			if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	jobs := []*data.Job{job("new-1"), job("done-1"), job("ünïcode/id *"), job("new-2"), job("done-1")}
+	for i := range 300 { // more than one job per key, beyond one pull's worth
+		jobs = append(jobs, job(fmt.Sprintf("more-%d", i)))
+	}
+	found, err = l.Recorded(ctx, jobs)
+	if err != nil {
+		t.Fatalf("recorded: %v", err)
+	}
+	want := make([]bool, len(jobs))
+	want[1], want[2], want[4] = true, true, true
+	if !slices.Equal(found, want) {
+		t.Errorf("recorded: got %v for the first five, want %v", found[:5], want[:5])
+	}
+}
+
+func TestLedgerPreparedClaimIsWrittenByItsFirstWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLedgerJS(t)
+
+	// Done through a prepared claim creates the record, in one write.
+	job := &data.Job{ID: "p-1", Subject: "job.x", Seq: 7, Attempt: 1}
+	c := l.Prepare(job, "w1")
+	if c.Revision != 0 {
+		t.Fatalf("prepared claim: got revision %d, want 0 (not written)", c.Revision)
+	}
+	if _, err := l.Get(ctx, "p-1"); !errors.Is(err, data.ErrNotFound) {
+		t.Fatalf("after prepare: got %v, want no record", err)
+	}
+	w, err := l.DoneAsync(&c, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatalf("done: %v", err)
+	}
+	rec, err := l.Get(ctx, "p-1")
+	if err != nil || rec.State != data.StateDone || rec.Attempts != 1 || rec.Resumed || rec.Seq != 7 || rec.Worker != "w1" {
+		t.Errorf("record: got %+v, %v; want done, 1 attempt, not resumed, seq 7, by w1", rec, err)
+	}
+	if c.Revision != 1 {
+		t.Errorf("claim after done: got revision %d, want 1 (one write)", c.Revision)
+	}
+
+	// A prepared claim whose key got a record meanwhile is lost, and the
+	// record stays as it was.
+	other := &data.Job{ID: "p-2", Subject: "job.x", Seq: 8, Attempt: 1}
+	c = l.Prepare(other, "w1")
+	if _, err := l.Claim(ctx, other, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx, &c); !errors.Is(err, data.ErrClaimLost) {
+		t.Errorf("lazy claim over another's: got %v, want ErrClaimLost", err)
+	}
+	if w, err := l.DoneAsync(&c, time.Millisecond); err != nil {
+		t.Fatal(err)
+	} else if err := w.Wait(ctx); !errors.Is(err, data.ErrClaimLost) {
+		t.Errorf("done over another's claim: got %v, want ErrClaimLost", err)
+	}
+	if rec, err := l.Get(ctx, "p-2"); err != nil || rec.State != data.StateRunning || rec.Worker != "w2" {
+		t.Errorf("record: got %+v, %v; want w2's claim untouched", rec, err)
+	}
+
+	// A redelivered job with no record: an earlier attempt may have run
+	// without writing anything, so this one is resumed.
+	again := &data.Job{ID: "p-3", Subject: "job.x", Seq: 9, Attempt: 2}
+	c2, err := l.Claim(ctx, again, "w1")
+	if err != nil || !c2.Record.Resumed || !again.Resumed || c2.Record.Attempts != 2 {
+		t.Errorf("claim of attempt 2 without record: got %+v, %v; want resumed, 2 attempts", c2.Record, err)
 	}
 }

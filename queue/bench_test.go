@@ -55,7 +55,7 @@ func BenchmarkPipeline(b *testing.B) {
 	for _, tt := range []struct {
 		name     string
 		noLedger bool
-	}{{"ledger", false}, {"no_ledger", true}} {
+	}{{"baseline", true}, {"ledger", false}, {"no_ledger", true}} {
 		b.Run(tt.name, func(b *testing.B) {
 			obj := benchObjects(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
 			p := queue.NewProducer(obj.JS, obj.Config)
@@ -67,6 +67,23 @@ func BenchmarkPipeline(b *testing.B) {
 			<-obj.JS.PublishAsyncComplete()
 			var handled atomic.Int64
 			done := make(chan struct{})
+			if tt.name == "baseline" {
+				b.ReportAllocs()
+				b.ResetTimer()
+				cc, err := obj.Worker.Consume(func(m jetstream.Msg) {
+					if handled.Add(1) == int64(b.N) {
+						close(done)
+					}
+					m.Ack()
+				}, jetstream.PullMaxMessages(500))
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-done
+				b.StopTimer()
+				cc.Stop()
+				return
+			}
 			pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
 				if handled.Add(1) == int64(b.N) {
 					close(done)

@@ -25,7 +25,7 @@ import (
 func TestMetricsCountJobOutcomes(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	b := setup(t, queue.Config{Workers: 4, MaxDeliver: 3, Metrics: queue.NewMetrics(reg)})
+	b := setup(t, queue.Config{Workers: 4, MaxDeliver: 3, AckWait: time.Second, Metrics: queue.NewMetrics(reg)})
 	reg.MustRegister(queue.NewStatusCollector(b.obj, 5*time.Second))
 
 	release := make(chan struct{})

@@ -58,6 +58,7 @@ type Pool struct {
 	work    chan *inflight // claimed, waiting for a worker
 	dones   chan *inflight // handler done, completion on its way
 	beats   *heartbeats
+	fresh   freshness
 
 	running     atomic.Bool
 	handling    atomic.Int64 // handlers running now, for InFlight
@@ -84,6 +85,12 @@ type inflight struct {
 	write   *data.PendingWrite
 	took    time.Duration
 	hctx    handlerCtx // the worker's handler context
+	// unclaimed: the job had no record and runs on a prepared claim that
+	// its first write creates (see startClaims).
+	unclaimed bool
+	// held: a re-driven job with no record, handed back for AckWait first
+	// (see markUnclaimed).
+	held bool
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -213,6 +220,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 			}
 		}
 		p.workCancel()
+		p.ledger.Close()
 		p.log.Info().Msg("workers stopped")
 	})
 	return err
@@ -290,17 +298,129 @@ func (p *Pool) admit(msg jetstream.Msg) {
 // claimed jobs that never started (they come back as resumed attempts).
 func claimAhead(workers int) int { return max(8*workers, 32) }
 
-// startClaims starts the claims of fetched jobs, at most claimAhead of them
-// before a worker takes one.
+// checkBatch is the most fetched jobs one batched ledger read covers.
+const checkBatch = 256
+
+// startClaims passes fetched jobs on to be claimed, in order. It takes the
+// jobs that are waiting, reads their ledger records in one batch, and lets
+// each job that has none and cannot have a second copy in JOB (see
+// mayRunUnclaimed) run on a prepared claim, which its completion write
+// creates: one ledger write per job on the happy path. Every other job is
+// claimed before it runs, at most claimAhead of them before a worker takes
+// one.
 func (p *Pool) startClaims() {
+	batch := make([]*inflight, 0, checkBatch)
 	for it := range p.fetched {
-		<-p.ahead
-		var err error
-		if it.pending, err = p.ledger.ClaimAsync(it.job, p.cfg.WorkerName); err != nil {
-			p.jobLog(it.job).Warn().Err(err).Msg("start claim: retrying synchronously")
+		batch = append(batch[:0], it)
+	more:
+		for len(batch) < checkBatch {
+			select {
+			case it, ok := <-p.fetched:
+				if !ok {
+					break more
+				}
+				batch = append(batch, it)
+			default:
+				break more
+			}
 		}
-		p.claims <- it
+		p.markUnclaimed(batch)
+		for _, it := range batch {
+			if it.held {
+				p.beats.remove(it)
+				p.jobLog(it.job).Info().Dur("retry_in", p.cfg.AckWait).Msg("re-driven job has no ledger record: held back so a running copy can claim it first")
+				p.nak(it.msg, p.cfg.AckWait, *p.jobLog(it.job))
+				p.release()
+				continue
+			}
+			if !it.unclaimed {
+				<-p.ahead
+				var err error
+				if it.pending, err = p.ledger.ClaimAsync(it.job, p.cfg.WorkerName); err != nil {
+					p.jobLog(it.job).Warn().Err(err).Msg("start claim: retrying synchronously")
+				}
+			}
+			p.claims <- it
+		}
 	}
+}
+
+// markUnclaimed reads the ledger records of batch's first attempts in one
+// request and marks those that have none to run on a prepared claim.
+//
+// A re-driven job (Jobq-Job-Id) is a copy under an ID that a job without a
+// record may be running under unclaimed, so one that finds no record is
+// held back for AckWait: by then a running copy has written its claim.
+func (p *Pool) markUnclaimed(batch []*inflight) {
+	var its []*inflight
+	var jobs []*data.Job
+	now := time.Now()
+	for _, it := range batch {
+		if it.job.Attempt == 1 && (redriven(it.job) || p.fresh.allows(p, now)) {
+			its, jobs = append(its, it), append(jobs, it.job)
+		}
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	found, err := p.ledger.Recorded(ctx, jobs)
+	if err != nil {
+		p.log.Debug().Err(err).Msg("batched ledger read: claiming each job")
+		return
+	}
+	for i, it := range its {
+		switch {
+		case found[i]:
+		case redriven(it.job):
+			it.held = true
+		default:
+			it.unclaimed = true
+			it.setClaim(p.ledger.Prepare(it.job, p.cfg.WorkerName))
+		}
+	}
+}
+
+// redriven reports a job published again from DLQ under its original ID.
+func redriven(job *data.Job) bool { return nats.Header(job.Header).Get(HeaderJobID) != "" }
+
+// freshness tells whether a job without a record may run on a prepared
+// claim: only while JOB cannot hold two copies of one job ID. JOB's dedupe
+// window drops a copy published within the window, so two copies exist
+// only if one is older than the window; while JOB's oldest message is
+// younger than the window less AckWait (a margin for clocks and for the lazy
+// claim below), none is. A copy published later finds the running one's
+// record: the heartbeat writes the prepared claim after AckWait/3 at the
+// latest, and a job that cannot write it is cancelled. A redelivery
+// (attempt > 1) and a re-driven dead letter are always claimed first.
+// JOB's oldest message is read at most once a second; an older reading
+// only makes the check stricter, since JOB's oldest message never gets
+// older.
+//
+// Used by startClaims only.
+type freshness struct {
+	checked time.Time     // when JOB was last looked at
+	oldest  time.Time     // JOB's oldest message then, or checked if empty
+	limit   time.Duration // JOB's dedupe window less AckWait
+}
+
+func (f *freshness) allows(p *Pool, now time.Time) bool {
+	if now.Sub(f.checked) >= time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		info, err := p.obj.Jobs.Info(ctx)
+		if err != nil {
+			p.log.Debug().Err(err).Msg("read JOB's oldest job: claiming each job")
+			return false
+		}
+		f.checked, f.oldest = now, now
+		if info.State.Msgs > 0 {
+			f.oldest = info.State.FirstTime
+		}
+		f.limit = info.Config.Duplicates - p.cfg.AckWait
+	}
+	return now.Sub(f.oldest) < f.limit
 }
 
 // processOne takes one fetched job through every step in turn, without the
@@ -336,7 +456,7 @@ func (p *Pool) release() { p.tokens <- struct{}{} }
 func (p *Pool) claimAll(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	for it := range p.claims {
-		if p.claimed(ctx, it) {
+		if it.unclaimed || p.claimed(ctx, it) {
 			p.work <- it
 			continue
 		}
@@ -428,7 +548,7 @@ func (p *Pool) runAll(ctx context.Context) {
 			h.ctx, h.cancel = context.WithCancelCause(ctx)
 		}
 		it.hctx = h
-		if !p.cfg.NoLedger {
+		if !p.cfg.NoLedger && !it.unclaimed {
 			p.ahead <- struct{}{}
 		}
 		if p.runOne(ctx, it) {
@@ -698,12 +818,19 @@ func (p *Pool) beat(ctx context.Context, it *inflight) {
 	if err := it.msg.InProgress(); err != nil {
 		p.jobLog(it.job).Warn().Err(err).Msg("heartbeat to server")
 	}
-	if p.cfg.NoLedger || it.claim.Revision == 0 {
+	lazy := it.unclaimed && it.claim.Revision == 0
+	if p.cfg.NoLedger || it.claim.Revision == 0 && !lazy {
 		return // no claim to renew (yet)
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
+	// A prepared claim is written now: from here another copy of the job
+	// finds it. One that cannot be written ends the attempt, as a lost one
+	// does, since a copy would not see it.
 	err := p.ledger.Renew(opCtx, &it.claim)
+	if lazy && err != nil && !errors.Is(err, data.ErrClaimLost) {
+		err = fmt.Errorf("%w: %w", data.ErrClaimLost, err)
+	}
 	if errors.Is(err, data.ErrClaimLost) {
 		it.closed, it.lost = true, true
 		if it.cancel != nil {

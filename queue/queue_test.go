@@ -143,6 +143,17 @@ func (b *testBundle) waitState(t *testing.T, id string, want data.State) data.Re
 	return rec
 }
 
+// waitAckPending waits until WORKER has n jobs delivered and not acked.
+func (b *testBundle) waitAckPending(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() error {
+		if got := b.status(t).Consumer.AckPending; got != n {
+			return fmt.Errorf("WORKER has %d jobs ack pending, want %d", got, n)
+		}
+		return nil
+	})
+}
+
 func (b *testBundle) waitDrained(t *testing.T) {
 	t.Helper()
 	waitFor(t, 20*time.Second, func() error {
@@ -288,7 +299,25 @@ func TestOddIDsAreProcessed(t *testing.T) {
 
 func TestDoneMeansDoneAfterDedupeWindow(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{DedupeWindow: time.Second})
+	for _, tt := range []struct {
+		name string
+		cfg  queue.Config
+	}{
+		// A window shorter than AckWait: every job is claimed first.
+		{"claimed", queue.Config{DedupeWindow: time.Second}},
+		// A window longer than AckWait: the republished job has no copy in
+		// JOB, so it goes by the batched read, which finds the record.
+		{"unclaimed", queue.Config{DedupeWindow: 2 * time.Second, AckWait: time.Second}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			testDoneMeansDoneAfterDedupeWindow(t, tt.cfg)
+		})
+	}
+}
+
+func testDoneMeansDoneAfterDedupeWindow(t *testing.T, cfg queue.Config) {
+	b := setup(t, cfg)
 	c := newCounter()
 	b.startPool(t, c.wrap(ok))
 	b.enqueue(t, "job.pay", "pay-1", "x")
@@ -336,7 +365,9 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 
 func TestSameJobNeverRunsTwiceAtOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{Workers: 4})
+	// Re-driven copies that find no record are held back for AckWait first
+	// (see TestRedrivenCopyWithoutRecordWaitsForTheRunningJob).
+	b := setup(t, queue.Config{Workers: 4, AckWait: time.Second})
 	c := newCounter()
 	release := make(chan struct{})
 	h := c.wrap(func(ctx context.Context, job *data.Job) error {
@@ -728,7 +759,7 @@ func TestShutdownReleasesUnstartedJobsUnresumed(t *testing.T) {
 	b.enqueue(t, "job.s", "first", "x")
 	<-started
 	b.enqueue(t, "job.s", "waiting", "x")
-	b.waitState(t, "waiting", data.StateRunning) // claimed, its worker busy
+	b.waitAckPending(t, 2) // the pool holds it, its worker busy
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := p.Stop(ctx); err != nil {
@@ -754,5 +785,191 @@ func TestShutdownReleasesUnstartedJobsUnresumed(t *testing.T) {
 	}
 	if seen["waiting"].Resumed {
 		t.Errorf("the job that never started: got %+v, want not resumed", seen["waiting"])
+	}
+}
+
+func TestHappyPathWritesOneLedgerRecordPerJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 4})
+	const n = 200
+	for i := range n {
+		b.enqueue(t, "job.one", fmt.Sprintf("one-%d", i), "x")
+	}
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	b.waitDrained(t)
+	for i := range n {
+		id := fmt.Sprintf("one-%d", i)
+		if rec := b.record(t, id); rec.State != data.StateDone || rec.Attempts != 1 || rec.Resumed || c.get(id) != 1 {
+			t.Fatalf("job %s: ran %d times, record %+v; want once, done, 1 attempt", id, c.get(id), rec)
+		}
+	}
+	// The bucket's stream counts every write: a claim and a completion would
+	// be two per job.
+	st, err := b.js.Stream(context.Background(), "KV_"+queue.BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != n {
+		t.Errorf("ledger writes: got %d for %d jobs, want one per job", info.State.LastSeq, n)
+	}
+}
+
+func TestLongUnclaimedJobWritesItsClaim(t *testing.T) {
+	t.Parallel()
+	// Fresh jobs run on a prepared claim. One that runs on gets its claim
+	// written by its first heartbeat (AckWait/3), so a copy published after
+	// the dedupe window finds it and is not run beside it.
+	b := setup(t, queue.Config{Workers: 2, DedupeWindow: 2 * time.Second, AckWait: time.Second})
+	c := newCounter()
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	b.enqueue(t, "job.long", "long-1", "x")
+	<-started
+	rec := b.waitState(t, "long-1", data.StateRunning)
+	if rec.Resumed || rec.Attempts != 1 {
+		t.Errorf("written claim: got %+v, want attempt 1, not resumed", rec)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if ack := b.enqueue(t, "job.long", "long-1", "x"); ack.Duplicate {
+			return errors.New("still inside the dedupe window")
+		}
+		return nil
+	})
+	// The copy is acked as a duplicate of the running job.
+	waitFor(t, 10*time.Second, func() error {
+		if st := b.status(t); st.Stream.Messages != 1 {
+			return fmt.Errorf("JOB holds %d jobs, want the running one only", st.Stream.Messages)
+		}
+		return nil
+	})
+	close(release)
+	b.waitDrained(t)
+	if got := c.get("long-1"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
+	}
+	if rec := b.record(t, "long-1"); rec.State != data.StateDone || rec.Attempts != 1 {
+		t.Errorf("record: got %+v, want done, 1 attempt", rec)
+	}
+}
+
+func TestOldCopiesAreClaimedBeforeTheyRun(t *testing.T) {
+	t.Parallel()
+	// Two copies of one job wait in JOB, published a dedupe window apart.
+	// JOB's oldest job is older than the window less AckWait, so each is
+	// claimed before it runs and only one runs.
+	b := setup(t, queue.Config{Workers: 4, DedupeWindow: 2 * time.Second, AckWait: time.Second})
+	b.enqueue(t, "job.copy", "copy-1", "x")
+	waitFor(t, 10*time.Second, func() error {
+		if ack := b.enqueue(t, "job.copy", "copy-1", "x"); ack.Duplicate {
+			return errors.New("still inside the dedupe window")
+		}
+		return nil
+	})
+	c := newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}))
+	b.waitDrained(t)
+	if got := c.get("copy-1"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
+	}
+}
+
+func TestUnclaimedJobStopsWhenItsClaimCannotBeWritten(t *testing.T) {
+	t.Parallel()
+	// A record appears under a running unclaimed job's key before its first
+	// heartbeat: the claim cannot be written, so the handler is cancelled
+	// and the record is left to its writer.
+	b := setup(t, queue.Config{Workers: 1, AckWait: 3 * time.Second})
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		if job.Attempt > 1 {
+			return nil
+		}
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}))
+	b.enqueue(t, "job.lost", "lost-1", "x")
+	<-started
+	other := data.NewLedger(b.obj.Ledger, time.Hour, nil)
+	if _, err := other.Claim(context.Background(), &data.Job{ID: "lost-1", Subject: "job.lost", Seq: 1, Attempt: 1}, "elsewhere"); err != nil {
+		t.Fatalf("claim from elsewhere: %v", err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, data.ErrClaimLost) {
+			t.Errorf("handler cancelled with %v, want ErrClaimLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler still running 10s after its claim could not be written")
+	}
+	if rec := b.record(t, "lost-1"); rec.State != data.StateRunning || rec.Worker != "elsewhere" {
+		t.Errorf("record: got %+v, want the other claim untouched", rec)
+	}
+	if st := b.status(t); st.Stream.Messages != 1 {
+		t.Errorf("JOB holds %d jobs, want the job kept for its holder", st.Stream.Messages)
+	}
+}
+
+func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
+	t.Parallel()
+	// A copy under Jobq-Job-Id of a job that runs unclaimed (no record yet)
+	// is held back for AckWait, by when the running job's claim is written;
+	// it is then acked as a duplicate, and the job runs once.
+	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
+	c := newCounter()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	b.enqueue(t, "job.r", "run-1", "x")
+	<-started
+	if _, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), "run-1"); !errors.Is(err, data.ErrNotFound) {
+		t.Fatalf("running job: got %v, want no record yet", err)
+	}
+	m := nats.NewMsg("job.r")
+	m.Header.Set(nats.MsgIdHdr, "redrive-of-run-1")
+	m.Header.Set(queue.HeaderJobID, "run-1")
+	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if st := b.status(t); st.Stream.Messages != 1 {
+			return fmt.Errorf("JOB holds %d jobs, want the running one only", st.Stream.Messages)
+		}
+		return nil
+	})
+	close(release)
+	b.waitDrained(t)
+	if got := c.get("run-1"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
 	}
 }
