@@ -67,7 +67,7 @@ const (
 	DefaultAckWait      = 60 * time.Second
 	DefaultProcessedTTL = 7 * 24 * time.Hour
 	DefaultWorkers      = 4
-	DefaultPrefetch     = 128
+	DefaultPrefetch     = 512
 	DefaultMaxPayload   = 1 << 20
 )
 

@@ -138,7 +138,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		MaxDeliver:    cfg.MaxDeliver,
 		AckWait:       cfg.AckWait,
-		MaxAckPending: max(1000, 4*cfg.Workers),
+		MaxAckPending: max(1000, 2*(cfg.Workers+cfg.Prefetch)),
 	}
 	c, err := js.Consumer(ctx, StreamJob, ConsumerWorker)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
