@@ -236,6 +236,19 @@ func (p *Pool) fetch(ctx context.Context) {
 			return
 		}
 		n := 1
+		// While the pool holds enough jobs to keep its workers busy, wait
+		// for room for half of it, so that pulls are few and large.
+		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens) > 2*p.cfg.Workers {
+			select {
+			case <-p.tokens:
+				n++
+			case <-ctx.Done():
+				for range n {
+					p.tokens <- struct{}{}
+				}
+				return
+			}
+		}
 	more:
 		for n < cap(p.tokens) {
 			select {
