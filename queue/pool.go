@@ -26,7 +26,9 @@ const opTimeout = 10 * time.Second
 // the exactly-once protocol for each:
 //
 //  1. claim the job in the ledger (a create, or a compare-and-set over an
-//     expired claim); a job recorded done is acked without running;
+//     expired claim); a job recorded done is acked without running. A first
+//     attempt with no record and no possible copy runs on a prepared claim
+//     instead, which its first write creates (see startClaims);
 //  2. run the handler, renewing the claim and sending InProgress every
 //     AckWait/3 so the job is not redelivered while it runs;
 //  3. record the outcome with a compare-and-set on the claim;
@@ -38,7 +40,8 @@ const opTimeout = 10 * time.Second
 //
 // The steps are pipelined so that round trips overlap: a fetcher pulls at
 // most as many jobs as the pool has room for (Workers running plus Prefetch
-// waiting, being claimed or completed); a claim starter sends claims
+// waiting, being claimed or completed); a claim starter reads the records
+// of the fetched jobs in one batch and sends the claims that are needed
 // without waiting, at most claimAhead of them before a worker takes one; a
 // claimer hands each confirmed claim to a worker; a worker runs the handler
 // and starts the completion write; an acker acks each job once its
