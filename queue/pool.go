@@ -62,6 +62,9 @@ type Pool struct {
 	dones   chan *inflight // handler done, completion on its way
 	beats   *heartbeats
 	fresh   freshness
+	// readsOff: no batched ledger reads before then, after one failed.
+	// Used by startClaims only.
+	readsOff time.Time
 
 	running     atomic.Bool
 	handling    atomic.Int64 // handlers running now, for InFlight
@@ -70,6 +73,7 @@ type Pool struct {
 	fetchDone   chan struct{}
 	finished    chan struct{}
 	sweeping    sync.WaitGroup
+	holding     sync.WaitGroup // held re-driven jobs (see hold)
 	stopOnce    sync.Once
 }
 
@@ -91,8 +95,8 @@ type inflight struct {
 	// unclaimed: the job had no record and runs on a prepared claim that
 	// its first write creates (see startClaims).
 	unclaimed bool
-	// held: a re-driven job with no record, handed back for AckWait first
-	// (see markUnclaimed).
+	// held: a re-driven job with no record, kept for AckWait before its
+	// claim (see hold).
 	held bool
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
@@ -161,7 +165,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(p.claims)
-		p.startClaims()
+		p.startClaims(fetchCtx)
 	}()
 	go func() {
 		defer close(p.work)
@@ -324,7 +328,8 @@ const checkBatch = 256
 // creates: one ledger write per job on the happy path. Every other job is
 // claimed before it runs, at most claimAhead of them before a worker takes
 // one.
-func (p *Pool) startClaims() {
+func (p *Pool) startClaims(ctx context.Context) {
+	defer p.holding.Wait() // they send to claims, which closes on return
 	batch := make([]*inflight, 0, checkBatch)
 	for it := range p.fetched {
 		batch = append(batch[:0], it)
@@ -342,22 +347,46 @@ func (p *Pool) startClaims() {
 		}
 		p.markUnclaimed(batch)
 		for _, it := range batch {
-			if it.held {
-				p.beats.remove(it)
-				p.jobLog(it.job).Info().Dur("retry_in", p.cfg.AckWait).Msg("re-driven job has no ledger record: held back so a running copy can claim it first")
-				p.nak(it.msg, p.cfg.AckWait, *p.jobLog(it.job))
-				p.release()
+			switch {
+			case it.held:
+				p.holding.Add(1)
+				go p.hold(ctx, it)
 				continue
-			}
-			if !it.unclaimed {
-				<-p.ahead
-				var err error
-				if it.pending, err = p.ledger.ClaimAsync(it.job, p.cfg.WorkerName); err != nil {
-					p.jobLog(it.job).Warn().Err(err).Msg("start claim: retrying synchronously")
-				}
+			case !it.unclaimed:
+				p.startClaim(it)
 			}
 			p.claims <- it
 		}
+	}
+}
+
+// startClaim sends it's claim, at most claimAhead of them before a worker
+// takes one.
+func (p *Pool) startClaim(it *inflight) {
+	<-p.ahead
+	var err error
+	if it.pending, err = p.ledger.ClaimAsync(it.job, p.cfg.WorkerName); err != nil {
+		p.jobLog(it.job).Warn().Err(err).Msg("start claim: retrying synchronously")
+	}
+}
+
+// hold keeps a re-driven job that has no record for AckWait, with
+// heartbeats, before it is claimed: by then a copy running unclaimed under
+// its ID has written its claim, which this one's claim then finds. A
+// shutdown hands it back first.
+func (p *Pool) hold(ctx context.Context, it *inflight) {
+	defer p.holding.Done()
+	p.jobLog(it.job).Info().Dur("for", p.cfg.AckWait).Msg("re-driven job has no ledger record: held so that a running copy can claim it first")
+	t := time.NewTimer(p.cfg.AckWait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		p.startClaim(it)
+		p.claims <- it
+	case <-ctx.Done():
+		p.beats.remove(it)
+		p.nak(it.msg, 0, *p.jobLog(it.job))
+		p.release()
 	}
 }
 
@@ -376,14 +405,16 @@ func (p *Pool) markUnclaimed(batch []*inflight) {
 			its, jobs = append(its, it), append(jobs, it.job)
 		}
 	}
-	if len(jobs) == 0 {
+	if len(jobs) == 0 || now.Before(p.readsOff) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	found, err := p.ledger.Recorded(ctx, jobs)
 	if err != nil {
-		p.log.Debug().Err(err).Msg("batched ledger read: claiming each job")
+		// A server without batched reads, say: claim every job for a while.
+		p.readsOff = time.Now().Add(time.Minute)
+		p.log.Warn().Err(err).Msg("batched ledger read failed: claiming every job for a minute")
 		return
 	}
 	for i, it := range its {

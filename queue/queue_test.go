@@ -932,8 +932,9 @@ func TestUnclaimedJobStopsWhenItsClaimCannotBeWritten(t *testing.T) {
 func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
 	t.Parallel()
 	// A copy under Jobq-Job-Id of a job that runs unclaimed (no record yet)
-	// is held back for AckWait, by when the running job's claim is written;
-	// it is then acked as a duplicate, and the job runs once.
+	// is held for AckWait, by when the running job's claim is written; it
+	// is then acked as a duplicate, and the job runs once. The hold keeps
+	// the copy (heartbeats), so it costs none of its deliveries.
 	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
 	c := newCounter()
 	release := make(chan struct{})
@@ -971,5 +972,45 @@ func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
 	b.waitDrained(t)
 	if got := c.get("run-1"); got != 1 || c.overlap != 0 {
 		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
+	}
+	if st := b.status(t); st.Consumer.Redelivered != 0 {
+		t.Errorf("consumer counts %d redelivered, want 0: the held copy is kept, not handed back", st.Consumer.Redelivered)
+	}
+}
+
+func TestPoolClaimsEveryJobWhenBatchedReadsFail(t *testing.T) {
+	t.Parallel()
+	// A bucket without direct gets (as an older server or a hand-made
+	// bucket may have) cannot answer the batched read: every job is claimed
+	// first, and each still runs once.
+	b := setup(t, queue.Config{Workers: 2})
+	ctx := context.Background()
+	st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("turn direct gets off: %v", err)
+	}
+	const n = 20
+	for i := range n {
+		b.enqueue(t, "job.nodirect", fmt.Sprintf("nd-%d", i), "x")
+	}
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	b.waitDrained(t)
+	for i := range n {
+		if id := fmt.Sprintf("nd-%d", i); c.get(id) != 1 || b.record(t, id).State != data.StateDone {
+			t.Fatalf("job %s: ran %d times, record %+v; want once, done", id, c.get(id), b.record(t, id))
+		}
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != 2*n {
+		t.Errorf("ledger writes: got %d for %d jobs, want a claim and a completion each", info.State.LastSeq, n)
 	}
 }
