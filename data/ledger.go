@@ -32,6 +32,7 @@ type Ledger struct {
 	prefix string              // the bucket's subject prefix, "$KV.processed."
 	lease  time.Duration
 	reads  reads
+	writes writes
 }
 
 // NewLedger returns a Ledger over kv whose claims last lease unless renewed.

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,7 +24,7 @@ type PendingClaim struct {
 	job    *Job
 	worker string
 	claim  Claim
-	fut    jetstream.PubAckFuture
+	ack    *ack
 }
 
 // ClaimAsync starts claiming job for worker, assuming it has no record yet.
@@ -36,23 +35,23 @@ func (l *Ledger) ClaimAsync(job *Job, worker string) (*PendingClaim, error) {
 	if l.js == nil {
 		return pc, nil
 	}
-	fut, err := l.js.PublishMsgAsync(l.casMsg(pc.claim.Key, rec, 0))
+	a, err := l.publish(pc.claim.Key, rec, 0)
 	if err != nil {
 		return nil, fmt.Errorf("claim job %s: %w", job.ID, err)
 	}
-	pc.fut = fut
+	pc.ack = a
 	return pc, nil
 }
 
 // Wait waits for the claim's outcome, falling back to Claim when the job
 // already has a record.
 func (pc *PendingClaim) Wait(ctx context.Context) (Claim, error) {
-	if pc.fut == nil {
+	if pc.ack == nil {
 		return pc.l.Claim(ctx, pc.job, pc.worker)
 	}
-	ack, err := waitFuture(ctx, pc.fut)
+	seq, err := waitAck(ctx, pc.ack)
 	if err == nil {
-		pc.claim.Revision = ack.Sequence
+		pc.claim.Revision = seq
 		pc.job.Resumed = pc.claim.Record.Resumed
 		return pc.claim, nil
 	}
@@ -67,8 +66,7 @@ type PendingWrite struct {
 	l     *Ledger
 	c     *Claim
 	next  Record
-	fut   jetstream.PubAckFuture
-	fails func(context.Context) error
+	ack   *ack
 }
 
 // DoneAsync starts recording the job's completion. Wait returns what Done
@@ -82,23 +80,23 @@ func (l *Ledger) DoneAsync(c *Claim, took time.Duration) (*PendingWrite, error) 
 	if l.js == nil {
 		return pw, nil
 	}
-	fut, err := l.js.PublishMsgAsync(l.casMsg(c.Key, next, c.Revision))
+	a, err := l.publish(c.Key, next, c.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("record job %s done: %w", next.ID, err)
 	}
-	pw.fut = fut
+	pw.ack = a
 	return pw, nil
 }
 
 // Wait waits for the write; ErrClaimLost means another worker holds the job.
 func (pw *PendingWrite) Wait(ctx context.Context) error {
-	if pw.fut == nil {
+	if pw.ack == nil {
 		return pw.l.update(ctx, pw.c, pw.next)
 	}
-	ack, err := waitFuture(ctx, pw.fut)
+	seq, err := waitAck(ctx, pw.ack)
 	switch {
 	case err == nil:
-		pw.c.Revision, pw.c.Record = ack.Sequence, pw.next
+		pw.c.Revision, pw.c.Record = seq, pw.next
 		return nil
 	case isWrongLastSeq(err):
 		return fmt.Errorf("record job %s %s: %w: %w", pw.next.ID, pw.next.State, ErrClaimLost, err)
@@ -108,21 +106,30 @@ func (pw *PendingWrite) Wait(ctx context.Context) error {
 	}
 }
 
-func (l *Ledger) casMsg(key string, rec Record, revision uint64) *nats.Msg {
-	m := nats.NewMsg(l.prefix + key)
-	m.Data = rec.encode()
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revision, 10))
-	return m
+// publish starts a compare-and-set write of rec under key, expecting the
+// key's last revision to be revision (0: no record).
+func (l *Ledger) publish(key string, rec Record, revision uint64) (*ack, error) {
+	l.writes.once.Do(func() { l.writes.w, l.writes.err = newWriter(l.js.Conn()) })
+	if l.writes.err != nil {
+		return nil, l.writes.err
+	}
+	return l.writes.w.publish(l.prefix+key, rec.encode(), revision)
 }
 
-func waitFuture(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+// writes is the ledger's async writer, started by the first async write.
+type writes struct {
+	once   sync.Once
+	closed sync.Once
+	w      *writer
+	err    error
+}
+
+func waitAck(ctx context.Context, a *ack) (uint64, error) {
 	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		return nil, err
+	case <-a.done:
+		return a.seq, a.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return 0, ctx.Err()
 	}
 }
 

@@ -103,12 +103,19 @@ func (l *Ledger) Prepare(job *Job, worker string) Claim {
 	return Claim{Key: Key(job.ID), Record: l.newClaimRecord(job, worker)}
 }
 
-// Close releases the subscription of batched reads.
+// Close releases the subscriptions of batched reads and async writes; a
+// write still waiting fails.
 func (l *Ledger) Close() {
 	l.reads.mu.Lock()
-	defer l.reads.mu.Unlock()
 	if l.reads.sub != nil {
 		l.reads.sub.Unsubscribe()
 		l.reads.sub = nil
 	}
+	l.reads.mu.Unlock()
+	l.writes.once.Do(func() { l.writes.err = errors.New("ledger closed") })
+	l.writes.closed.Do(func() {
+		if l.writes.w != nil {
+			l.writes.w.close()
+		}
+	})
 }

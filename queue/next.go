@@ -23,6 +23,7 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 	o := *obj
 	o.Config = cfg
 	p := NewPool(&o, h, log)
+	defer p.ledger.Close()
 	ran := false
 	counted := handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		ran = true
