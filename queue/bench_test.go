@@ -103,3 +103,68 @@ func BenchmarkPipeline(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEndToEnd is producer and pool together: jobs per second from
+// publishing (async, a window of 256) to handled.
+func BenchmarkEndToEnd(b *testing.B) {
+	for _, tt := range []struct {
+		name     string
+		noLedger bool
+	}{{"baseline", true}, {"ledger", false}, {"no_ledger", true}} {
+		b.Run(tt.name, func(b *testing.B) {
+			obj := benchObjects(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
+			var handled atomic.Int64
+			done := make(chan struct{})
+			count := func() {
+				if handled.Add(1) == int64(b.N) {
+					close(done)
+				}
+			}
+			if tt.name == "baseline" {
+				cc, err := obj.Worker.Consume(func(m jetstream.Msg) {
+					count()
+					m.Ack()
+				}, jetstream.PullMaxMessages(500))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cc.Stop()
+			} else {
+				pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+					count()
+					return nil
+				}), zerolog.Nop())
+				if err := pool.Start(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					pool.Stop(ctx)
+				}()
+			}
+			p := queue.NewProducer(obj.JS, obj.Config)
+			b.ReportAllocs()
+			b.ResetTimer()
+			futures := make([]jetstream.PubAckFuture, 0, 256)
+			for i := range b.N {
+				f, err := p.EnqueueAsync("job.bench", []byte("x"), queue.EnqueueOptions{ID: "e-" + strconv.Itoa(i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if futures = append(futures, f); len(futures) == cap(futures) {
+					for _, f := range futures {
+						select {
+						case <-f.Ok():
+						case err := <-f.Err():
+							b.Fatal(err)
+						}
+					}
+					futures = futures[:0]
+				}
+			}
+			<-done
+			b.StopTimer()
+		})
+	}
+}
