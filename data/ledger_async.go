@@ -63,10 +63,10 @@ func (pc *PendingClaim) Wait(ctx context.Context) (Claim, error) {
 
 // PendingWrite is a record update on its way to the bucket.
 type PendingWrite struct {
-	l     *Ledger
-	c     *Claim
-	next  Record
-	ack   *ack
+	l    *Ledger
+	c    *Claim
+	next Record
+	ack  *ack
 }
 
 // DoneAsync starts recording the job's completion. Wait returns what Done
