@@ -563,11 +563,12 @@ func serve(c *cli.Context) (err error) {
 	defer stop()
 
 	var nc *nats.Conn
+	var dial func() (*nats.Conn, error)     // another connection, for the workers
 	var monitor map[string]http.HandlerFunc // the embedded server's /varz, /jsz
 	var storeErr func() error               // the embedded store's failed write
 	if url := c.String("server"); url != "" {
-		nc, err = connect(c, url)
-		if err != nil {
+		dial = func() (*nats.Conn, error) { return connect(c, url) }
+		if nc, err = dial(); err != nil {
 			return err
 		}
 		log.Info().Str("server", redactURL(url)).Msg("using external nats server")
@@ -584,7 +585,8 @@ func serve(c *cli.Context) (err error) {
 			}
 			log.Info().Msg("nats server stopped")
 		}()
-		if nc, err = srv.Connect(); err != nil {
+		dial = func() (*nats.Conn, error) { return srv.Connect() }
+		if nc, err = dial(); err != nil {
 			return err
 		}
 		log.Info().Str("store_dir", srv.StoreDir()).Str("listen", srv.ClientURL()).Msg("embedded nats server ready")
@@ -612,7 +614,22 @@ func serve(c *cli.Context) (err error) {
 
 	var pool *queue.Pool
 	if router.Len() > 0 {
-		pool = queue.NewPool(obj, router, log)
+		// The workers get a connection of their own, so that their fetches,
+		// ledger writes and acks do not queue behind published jobs.
+		wnc, err := dial()
+		if err != nil {
+			return err
+		}
+		defer closeConn(wnc, log)
+		wjs, err := jetstream.New(wnc)
+		if err != nil {
+			return fmt.Errorf("open jetstream: %w", err)
+		}
+		wobj, err := obj.Bind(ctx, wjs)
+		if err != nil {
+			return err
+		}
+		pool = queue.NewPool(wobj, router, log)
 		if err := pool.Start(context.WithoutCancel(ctx)); err != nil {
 			return err
 		}
@@ -1552,19 +1569,15 @@ func bench(c *cli.Context) error {
 	progress := progressPrinter(c.App.ErrWriter)
 	rep, err := queue.Bench(c.Context, queue.BenchConfig{
 		Jobs: c.Int("jobs"), Payload: c.Int("payload"), Workers: c.Int("workers"), Prefetch: c.Int("prefetch"), Dir: dir,
-		Connect: func(ctx context.Context, dir string) (*nats.Conn, func(), error) {
+		Connect: func(ctx context.Context, dir string) (func() (*nats.Conn, error), func(), error) {
 			cfg := sc
 			cfg.StoreDir = dir
 			srv, err := server.Start(ctx, cfg)
 			if err != nil {
 				return nil, nil, err
 			}
-			nc, err := srv.Connect()
-			if err != nil {
-				srv.Shutdown(ctx)
-				return nil, nil, err
-			}
-			return nc, func() { nc.Close(); srv.Shutdown(context.Background()) }, nil
+			dial := func() (*nats.Conn, error) { return srv.Connect() }
+			return dial, func() { srv.Shutdown(context.Background()) }, nil
 		},
 		Progress: progress,
 		Log:      zerolog.Nop(),

@@ -36,9 +36,11 @@ type BenchConfig struct {
 	Prefetch int
 	// Dir holds one fresh store per mode. Required.
 	Dir string
-	// Connect starts a server storing in dir and returns a connection to it
-	// and a function that stops both. Required.
-	Connect func(ctx context.Context, dir string) (*nats.Conn, func(), error)
+	// Connect starts a server storing in dir and returns a function that
+	// opens a connection to it and one that stops the server. The producer
+	// and the workers each get a connection of their own, as separate
+	// clients would. Required.
+	Connect func(ctx context.Context, dir string) (dial func() (*nats.Conn, error), stop func(), err error)
 	// Progress, if set, is called as each phase advances.
 	Progress func(mode, phase string, done, total int)
 	Log      zerolog.Logger
@@ -144,6 +146,7 @@ type benchTarget struct {
 }
 
 func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResult, err error) {
+	var closers []func()
 	debug.FreeOSMemory()
 	rss := startRSSSampler()
 	defer func() { res.PeakRSSMB = rss() }()
@@ -152,12 +155,26 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return res, err
 	}
-	nc, stop, err := cfg.Connect(ctx, dir)
+	dial, stop, err := cfg.Connect(ctx, dir)
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(512))
+	conn := func() (jetstream.JetStream, error) {
+		nc, err := dial()
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, nc.Close)
+		return jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(512))
+	}
+	// The connections close after the workers stop, before the server.
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	js, err := conn()
 	if err != nil {
 		return res, err
 	}
@@ -166,11 +183,19 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	if err != nil {
 		return res, err
 	}
+	wjs, err := conn()
+	if err != nil {
+		return res, err
+	}
+	wobj, err := obj.Bind(ctx, wjs)
+	if err != nil {
+		return res, err
+	}
 	t := benchTarget{}
 	if mode == "baseline" {
-		t = baselineTarget(js, obj)
+		t = baselineTarget(js, wobj)
 	} else {
-		t = jobqTarget(js, obj, cfg.Log)
+		t = jobqTarget(js, wobj, cfg.Log)
 	}
 	progress := func(phase string, done int) {
 		if cfg.Progress != nil {

@@ -130,6 +130,27 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return s, nil
 }
 
+// Bind returns o's objects looked up over js, without changing them: for a
+// second connection, such as the one a worker pool gets so that its traffic
+// does not queue behind a producer's on one connection.
+func (o *Objects) Bind(ctx context.Context, js jetstream.JetStream) (*Objects, error) {
+	b := &Objects{JS: js, Config: o.Config}
+	var err error
+	if b.Jobs, err = js.Stream(ctx, StreamJob); err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", StreamJob, err)
+	}
+	if b.Dead, err = js.Stream(ctx, StreamDLQ); err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", StreamDLQ, err)
+	}
+	if b.Worker, err = js.Consumer(ctx, StreamJob, ConsumerWorker); err != nil {
+		return nil, fmt.Errorf("open consumer %s: %w", ConsumerWorker, err)
+	}
+	if b.Ledger, err = js.KeyValue(ctx, BucketProcessed); err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", BucketProcessed, err)
+	}
+	return b, nil
+}
+
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.Consumer, error) {
 	want := jetstream.ConsumerConfig{
 		Durable:       ConsumerWorker,

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
 	"github.com/jobq/jobq/server/servertest"
 )
@@ -195,5 +196,46 @@ func TestProvisionNeverShrinksCapBelowStoredJobs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "cap left as it was") {
 		t.Errorf("no warning logged: %s", logs.String())
+	}
+}
+
+func TestBindOpensTheSameObjectsOnAnotherConnection(t *testing.T) {
+	t.Parallel()
+	srv := servertest.Start(t)
+	b := setupOn(t, srv, queue.Config{Workers: 2})
+	js2, err := jetstream.New(servertest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, err := b.obj.Bind(context.Background(), js2)
+	if err != nil {
+		t.Fatalf("bind: %v", err)
+	}
+	if bound.JS != js2 || bound.Config.AckWait != b.obj.Config.AckWait {
+		t.Errorf("bound objects: got %+v, want the second connection and the same config", bound)
+	}
+	c := newCounter()
+	p := queue.NewPool(bound, c.wrap(ok), servertest.Logger(t))
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Stop(ctx)
+	})
+	b.enqueue(t, "job.bind", "bind-1", "x")
+	b.waitState(t, "bind-1", data.StateDone)
+	if got := c.get("bind-1"); got != 1 {
+		t.Errorf("job ran %d times, want 1", got)
+	}
+
+	// A server without the objects: a clear error naming what is missing.
+	js3, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.obj.Bind(context.Background(), js3); err == nil || !strings.Contains(err.Error(), "JOB") {
+		t.Errorf("bind without objects: got %v, want an error naming JOB", err)
 	}
 }

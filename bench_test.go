@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestCLIBench runs jobq bench small, in JSON and as a table: every mode
+// handles every job once, and each ratio is the jobq figure over the
+// baseline's.
+func TestCLIBench(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := jobq(t, "bench", "--jobs", "400", "--workers", "4", "--dir", dir, "--json")
+	if r.code != 0 {
+		t.Fatalf("bench --json: %s", r)
+	}
+	type mode struct {
+		EnqueueSync  float64 `json:"enqueue_sync_per_s"`
+		EnqueueAsync float64 `json:"enqueue_async_per_s"`
+		Process      float64 `json:"process_per_s"`
+		E2E          float64 `json:"e2e_per_s"`
+		P50          float64 `json:"latency_p50_ms"`
+		P99          float64 `json:"latency_p99_ms"`
+		RSS          float64 `json:"peak_rss_mb"`
+		Lost         int     `json:"lost"`
+		Duplicates   int     `json:"duplicates"`
+	}
+	var rep struct {
+		Jobs     int                `json:"jobs"`
+		Baseline mode               `json:"baseline"`
+		Ledger   mode               `json:"ledger"`
+		NoLedger mode               `json:"no_ledger"`
+		Ratio    map[string]float64 `json:"ratio"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	if rep.Jobs != 400 {
+		t.Errorf("jobs: got %d, want 400", rep.Jobs)
+	}
+	for name, m := range map[string]mode{"baseline": rep.Baseline, "ledger": rep.Ledger, "no_ledger": rep.NoLedger} {
+		if m.EnqueueSync <= 0 || m.EnqueueAsync <= 0 || m.Process <= 0 || m.E2E <= 0 || m.P50 <= 0 || m.P99 < m.P50 || m.RSS <= 0 {
+			t.Errorf("%s: got %+v, want every figure measured", name, m)
+		}
+		if m.Lost != 0 || m.Duplicates != 0 {
+			t.Errorf("%s: lost %d, duplicated %d; want none", name, m.Lost, m.Duplicates)
+		}
+	}
+	for key, want := range map[string]float64{
+		"ledger_process":    rep.Ledger.Process / rep.Baseline.Process,
+		"ledger_e2e":        rep.Ledger.E2E / rep.Baseline.E2E,
+		"no_ledger_process": rep.NoLedger.Process / rep.Baseline.Process,
+	} {
+		if got := rep.Ratio[key]; got <= 0 || got/want < 0.999 || got/want > 1.001 {
+			t.Errorf("ratio.%s: got %v, want %v", key, got, want)
+		}
+	}
+
+	r = jobq(t, "bench", "--jobs", "200", "--workers", "2", "--dir", dir)
+	if r.code != 0 {
+		t.Fatalf("bench: %s", r)
+	}
+	for _, want := range []string{"baseline  ledger  ratio  no ledger  ratio", "process jobs/s", "end-to-end jobs/s", "lost 0, duplicated 0 (ledger)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("bench table: want %q in\n%s", want, r.stdout)
+		}
+	}
+}
