@@ -17,16 +17,31 @@ import (
 )
 
 func benchObjects(b *testing.B, cfg queue.Config) *queue.Objects {
-	b.Helper()
-	js, err := jetstream.New(servertest.Connect(b, servertest.Start(b)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	obj, err := queue.Provision(context.Background(), js, cfg, zerolog.Nop())
-	if err != nil {
-		b.Fatal(err)
-	}
+	obj, _ := benchClients(b, cfg)
 	return obj
+}
+
+// benchClients provisions the objects over one connection and binds them
+// over a second, for the workers, as jobq serve and jobq bench do.
+func benchClients(b *testing.B, cfg queue.Config) (producer, workers *queue.Objects) {
+	b.Helper()
+	srv := servertest.Start(b)
+	js, err := jetstream.New(servertest.Connect(b, srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	producer, err = queue.Provision(context.Background(), js, cfg, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	wjs, err := jetstream.New(servertest.Connect(b, srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if workers, err = producer.Bind(context.Background(), wjs); err != nil {
+		b.Fatal(err)
+	}
+	return producer, workers
 }
 
 // BenchmarkLedgerClaimDone is one job's ledger writes, one after another.
@@ -112,7 +127,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		noLedger bool
 	}{{"baseline", true}, {"ledger", false}, {"no_ledger", true}} {
 		b.Run(tt.name, func(b *testing.B) {
-			obj := benchObjects(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
+			obj, wobj := benchClients(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
 			var handled atomic.Int64
 			done := make(chan struct{})
 			count := func() {
@@ -121,7 +136,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				}
 			}
 			if tt.name == "baseline" {
-				cc, err := obj.Worker.Consume(func(m jetstream.Msg) {
+				cc, err := wobj.Worker.Consume(func(m jetstream.Msg) {
 					count()
 					m.Ack()
 				}, jetstream.PullMaxMessages(500))
@@ -130,7 +145,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				}
 				defer cc.Stop()
 			} else {
-				pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+				pool := queue.NewPool(wobj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
 					count()
 					return nil
 				}), zerolog.Nop())
