@@ -113,7 +113,7 @@ func (l *Ledger) publish(key string, rec Record, revision uint64) (*ack, error) 
 	if l.writes.err != nil {
 		return nil, l.writes.err
 	}
-	return l.writes.w.publish(l.prefix+key, rec.encode(), revision)
+	return l.writes.w.publish(l.prefix+key, rec, revision)
 }
 
 // writes is the ledger's async writer, started by the first async write.

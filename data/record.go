@@ -38,8 +38,10 @@ var ErrCorruptRecord = errors.New("corrupt ledger record")
 
 // encode writes r as the JSON that encoding/json would, without its
 // reflection: a record is written twice per job, on the hot path.
-func (r Record) encode() []byte {
-	b := make([]byte, 0, 256)
+func (r Record) encode() []byte { return r.appendTo(make([]byte, 0, 256)) }
+
+// appendTo appends r's JSON encoding to b.
+func (r Record) appendTo(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = appendString(b, r.ID)
 	b = append(b, `,"state":`...)

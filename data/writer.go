@@ -38,6 +38,7 @@ type writer struct {
 	wait   map[uint64]*ack
 	msg    nats.Msg // reused under mu: PublishMsg copies it out
 	expect []string // the expected-sequence header's value, reused
+	buf    []byte   // the record's encoding, reused
 }
 
 // ack is one write's acknowledgement, ready once done is closed.
@@ -64,8 +65,8 @@ func newWriter(nc *nats.Conn) (*writer, error) {
 	return w, nil
 }
 
-// publish sends data to subject if the subject's last sequence is expect.
-func (w *writer) publish(subject string, data []byte, expect uint64) (*ack, error) {
+// publish sends rec to subject if the subject's last sequence is expect.
+func (w *writer) publish(subject string, rec Record, expect uint64) (*ack, error) {
 	a := &ack{done: make(chan struct{}), sent: time.Now()}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -74,9 +75,14 @@ func (w *writer) publish(subject string, data []byte, expect uint64) (*ack, erro
 	}
 	w.next++
 	id := w.next
-	w.msg.Subject, w.msg.Data = subject, data
+	w.buf = rec.appendTo(w.buf[:0])
+	w.msg.Subject, w.msg.Data = subject, w.buf
 	w.msg.Reply = w.prefix + strconv.FormatUint(id, 10)
-	w.expect[0] = strconv.FormatUint(expect, 10)
+	if expect == 0 {
+		w.expect[0] = "0" // a new record, the common case
+	} else {
+		w.expect[0] = strconv.FormatUint(expect, 10)
+	}
 	if err := w.nc.PublishMsg(&w.msg); err != nil {
 		return nil, err
 	}
