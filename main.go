@@ -593,7 +593,7 @@ func serve(c *cli.Context) (err error) {
 		monitor = srv.MonitorHandlers()
 		storeErr = srv.StoreErr
 	}
-	defer closeConn(nc, log)
+	defer closeConn(nc, "main", log)
 
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -620,7 +620,7 @@ func serve(c *cli.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		defer closeConn(wnc, log)
+		defer closeConn(wnc, "workers", log)
 		wjs, err := jetstream.New(wnc)
 		if err != nil {
 			return fmt.Errorf("open jetstream: %w", err)
@@ -690,8 +690,10 @@ func serve(c *cli.Context) (err error) {
 	return failure
 }
 
-// closeConn drains nc and waits until it is closed.
-func closeConn(nc *nats.Conn, log zerolog.Logger) {
+// closeConn drains nc and waits until it is closed; name says which
+// connection it is in the log.
+func closeConn(nc *nats.Conn, name string, log zerolog.Logger) {
+	log = log.With().Str("conn", name).Logger()
 	closed := make(chan struct{})
 	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
 	if err := nc.Drain(); err != nil {
