@@ -232,6 +232,20 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 	return fmt.Errorf("record job %s failed: record keeps changing", job.ID)
 }
 
+// KeepRecord makes sure job has a record before a copy of it is published
+// again, as a dead letter's re-drive is: with none (it expired, or was never
+// written) it creates one, failed with cause; a record there is kept as it
+// is. A copy of the job that runs meanwhile then finds a record, so it is
+// claimed before it runs (see Prepare).
+func (l *Ledger) KeepRecord(ctx context.Context, job *Job, cause string) error {
+	now := time.Now().UTC()
+	rec := Record{ID: job.ID, State: StateFailed, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: cause}
+	if _, err := l.kv.Create(ctx, Key(job.ID), rec.encode()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("record job %s: %w", job.ID, err)
+	}
+	return nil
+}
+
 // Get returns job id's record, ErrNotFound if there is none, or an error
 // wrapping ErrCorruptRecord.
 func (l *Ledger) Get(ctx context.Context, id string) (Record, error) {

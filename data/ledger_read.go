@@ -42,6 +42,9 @@ func (l *Ledger) Recorded(ctx context.Context, jobs []*Job) ([]bool, error) {
 
 	l.reads.mu.Lock()
 	defer l.reads.mu.Unlock()
+	if l.reads.closed {
+		return nil, errors.New("read records: ledger closed")
+	}
 	if l.reads.sub == nil {
 		inbox := l.js.Conn().NewInbox()
 		sub, err := l.js.Conn().SubscribeSync(inbox + ".*")
@@ -87,10 +90,11 @@ const headerNumPending = "Nats-Num-Pending"
 
 // reads is the ledger's subscription for batched reads, one read at a time.
 type reads struct {
-	mu    sync.Mutex
-	sub   *nats.Subscription
-	inbox string
-	n     uint64
+	mu     sync.Mutex
+	closed bool
+	sub    *nats.Subscription
+	inbox  string
+	n      uint64
 }
 
 // Prepare returns a claim on job for worker that is not written yet: its
@@ -107,6 +111,7 @@ func (l *Ledger) Prepare(job *Job, worker string) Claim {
 // write still waiting fails.
 func (l *Ledger) Close() {
 	l.reads.mu.Lock()
+	l.reads.closed = true
 	if l.reads.sub != nil {
 		l.reads.sub.Unsubscribe()
 		l.reads.sub = nil

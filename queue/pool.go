@@ -74,6 +74,9 @@ type Pool struct {
 	finished    chan struct{}
 	sweeping    sync.WaitGroup
 	holding     sync.WaitGroup // held re-driven jobs (see hold)
+	held        atomic.Int64   // how many
+	heldMu      sync.Mutex
+	heldKeys    map[string]int // their ledger keys
 	stopOnce    sync.Once
 }
 
@@ -114,14 +117,10 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	capacity := cfg.Workers + cfg.Prefetch
 	// The ledger's async writes get a JetStream context of their own whose
 	// futures time out, so waiting for one never hangs.
-	ljs, err := jetstream.New(obj.JS.Conn(), jetstream.WithPublishAsyncTimeout(opTimeout), jetstream.WithPublishAsyncMaxPending(4*capacity))
-	if err != nil {
-		panic(fmt.Sprintf("jetstream options: %v", err)) // constant, valid options
-	}
 	return &Pool{
 		obj:     obj,
 		cfg:     cfg,
-		ledger:  data.NewLedger(obj.Ledger, cfg.lease(), ljs),
+		ledger:  data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
 		handler: h,
 		log:     log.With().Str("component", "worker").Logger(),
 		tokens:  make(chan struct{}, capacity),
@@ -244,8 +243,9 @@ func (p *Pool) fetch(ctx context.Context) {
 		}
 		n := 1
 		// While the pool holds enough jobs to keep its workers busy, wait
-		// for room for half of it, so that pulls are few and large.
-		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens) > 2*p.cfg.Workers {
+		// for room for half of it, so that pulls are few and large. Held
+		// jobs (see hold) keep no worker busy.
+		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens)-int(p.held.Load()) > 2*p.cfg.Workers {
 			select {
 			case <-p.tokens:
 				n++
@@ -350,7 +350,8 @@ func (p *Pool) startClaims(ctx context.Context) {
 			switch {
 			case it.held:
 				p.holding.Add(1)
-				go p.hold(ctx, it)
+				p.held.Add(1)
+				go p.hold(ctx, it, data.Key(it.job.ID))
 				continue
 			case !it.unclaimed:
 				p.startClaim(it)
@@ -372,10 +373,13 @@ func (p *Pool) startClaim(it *inflight) {
 
 // hold keeps a re-driven job that has no record for AckWait, with
 // heartbeats, before it is claimed: by then a copy running unclaimed under
-// its ID has written its claim, which this one's claim then finds. A
+// its ID has written its claim, which this one's claim then finds, and a
+// copy fetched meanwhile is claimed before it runs (see markUnclaimed). A
 // shutdown hands it back first.
-func (p *Pool) hold(ctx context.Context, it *inflight) {
+func (p *Pool) hold(ctx context.Context, it *inflight, key string) {
 	defer p.holding.Done()
+	defer p.held.Add(-1)
+	defer p.heldKey(key, -1)
 	p.jobLog(it.job).Info().Dur("for", p.cfg.AckWait).Msg("re-driven job has no ledger record: held so that a running copy can claim it first")
 	t := time.NewTimer(p.cfg.AckWait)
 	defer t.Stop()
@@ -422,11 +426,35 @@ func (p *Pool) markUnclaimed(batch []*inflight) {
 		case found[i]:
 		case redriven(it.job):
 			it.held = true
+			p.heldKey(data.Key(it.job.ID), 1) // until hold ends
+		case p.isHeld(data.Key(it.job.ID)):
+			// A copy of a held job: claimed, so that the held one finds it.
 		default:
-			it.unclaimed = true
-			it.setClaim(p.ledger.Prepare(it.job, p.cfg.WorkerName))
+			c := p.ledger.Prepare(it.job, p.cfg.WorkerName)
+			it.mu.Lock() // the heartbeat loop may look at it already
+			it.claim, it.unclaimed = c, true
+			it.mu.Unlock()
 		}
 	}
+}
+
+// heldKey counts a held job under key up (d 1) or down (d -1).
+func (p *Pool) heldKey(key string, d int) {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	if p.heldKeys == nil {
+		p.heldKeys = map[string]int{}
+	}
+	if p.heldKeys[key] += d; p.heldKeys[key] <= 0 {
+		delete(p.heldKeys, key)
+	}
+}
+
+// isHeld reports whether a job under key is held.
+func (p *Pool) isHeld(key string) bool {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	return p.heldKeys[key] > 0
 }
 
 // redriven reports a job published again from DLQ under its original ID.
@@ -443,29 +471,36 @@ func redriven(job *data.Job) bool { return nats.Header(job.Header).Get(HeaderJob
 // (attempt > 1) and a re-driven dead letter are always claimed first.
 // JOB's oldest message is read at most once a second; an older reading
 // only makes the check stricter, since JOB's oldest message never gets
-// older.
+// older. While JOB holds a job stored before Provision lengthened the
+// window (MetaDedupeRaisedAt), copies may be closer than the window, so
+// every job is claimed.
 //
 // Used by startClaims only.
 type freshness struct {
 	checked time.Time     // when JOB was last looked at
 	oldest  time.Time     // JOB's oldest message then, or checked if empty
-	limit   time.Duration // JOB's dedupe window less AckWait
+	limit   time.Duration // JOB's dedupe window less AckWait; 0: claim all
 }
 
 func (f *freshness) allows(p *Pool, now time.Time) bool {
 	if now.Sub(f.checked) >= time.Second {
+		f.checked, f.oldest, f.limit = now, now, 0
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		info, err := p.obj.Jobs.Info(ctx)
 		if err != nil {
-			p.log.Debug().Err(err).Msg("read JOB's oldest job: claiming each job")
+			p.log.Warn().Err(err).Msg("read JOB's oldest job: claiming every job for a second")
 			return false
 		}
-		f.checked, f.oldest = now, now
 		if info.State.Msgs > 0 {
 			f.oldest = info.State.FirstTime
 		}
 		f.limit = info.Config.Duplicates - p.cfg.AckWait
+		// Jobs stored before the window was lengthened were deduplicated
+		// over the shorter one: two copies may be closer than the window.
+		if raised, err := time.Parse(time.RFC3339Nano, info.Config.Metadata[MetaDedupeRaisedAt]); err == nil && !f.oldest.After(raised) {
+			f.limit = 0
+		}
 	}
 	return now.Sub(f.oldest) < f.limit
 }

@@ -1014,3 +1014,142 @@ func TestPoolClaimsEveryJobWhenBatchedReadsFail(t *testing.T) {
 		t.Errorf("ledger writes: got %d for %d jobs, want a claim and a completion each", info.State.LastSeq, n)
 	}
 }
+
+func TestCopyOfAHeldJobIsClaimed(t *testing.T) {
+	t.Parallel()
+	// A re-driven copy with no record is held; the job published again
+	// under its ID late in the hold, too late for a heartbeat to write its
+	// claim before the hold ends, is claimed before it runs, so the held
+	// copy finds it, and the job runs once.
+	b := setup(t, queue.Config{Workers: 2, AckWait: 6 * time.Second})
+	c := newCounter()
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		select {
+		case <-time.After(2 * time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	m := nats.NewMsg("job.r")
+	m.Header.Set(nats.MsgIdHdr, "redrive-7")
+	m.Header.Set(queue.HeaderJobID, "run-2")
+	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	held := time.Now()
+	b.waitAckPending(t, 1)
+	time.Sleep(4500*time.Millisecond - time.Since(held)) // the hold ends at 6s
+	b.enqueue(t, "job.r", "run-2", "x")
+	b.waitDrained(t)
+	if got := c.get("run-2"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
+	}
+}
+
+func TestRedriveWritesTheRecordFirst(t *testing.T) {
+	t.Parallel()
+	// A dead letter whose record is gone is re-driven: the record is
+	// written before the copy is published, so a copy published by the
+	// producer meanwhile is claimed, and only one runs.
+	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second, MaxDeliver: 1})
+	b.enqueue(t, "job.d", "dl-1", "x")
+	fail := b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("broken"))
+	}))
+	b.waitState(t, "dl-1", data.StateFailed)
+	b.waitDrained(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fail.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.obj.Ledger.Purge(ctx, data.Key("dl-1")); err != nil { // as if its record expired
+		t.Fatal(err)
+	}
+	letters, err := queue.ListDeadLetters(ctx, b.obj, 0)
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("dead letters: got %v, %v; want one", letters, err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b.obj, letters[0]); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if rec := b.record(t, "dl-1"); rec.State != data.StateFailed || rec.LastError == "" {
+		t.Errorf("record after re-drive: got %+v, want failed with the dead letter's error", rec)
+	}
+	c := newCounter()
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		time.Sleep(200 * time.Millisecond)
+		return nil
+	}))
+	b.enqueue(t, "job.d", "dl-1", "x") // the producer's copy, outside the window's memory
+	b.waitDrained(t)
+	if got := c.get("dl-1"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
+	}
+	if rec := b.record(t, "dl-1"); rec.State != data.StateDone {
+		t.Errorf("record: got %+v, want done", rec)
+	}
+}
+
+func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
+	t.Parallel()
+	// Two copies stored under a short window, then the window lengthened in
+	// place: the copies may be closer than the new window, so while they
+	// are in JOB every job is claimed, and the job runs once.
+	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 300 * time.Millisecond, ProcessedTTL: time.Hour})
+	b.enqueue(t, "job.d", "dup-1", "a")
+	waitFor(t, 10*time.Second, func() error {
+		if ack := b.enqueue(t, "job.d", "dup-1", "b"); ack.Duplicate {
+			return errors.New("still inside the dedupe window")
+		}
+		return nil
+	})
+	b2 := setupOn(t, b.srv, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: time.Hour, ProcessedTTL: 2 * time.Hour})
+	info, err := b2.obj.Jobs.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Metadata[queue.MetaDedupeRaisedAt] == "" {
+		t.Fatalf("JOB metadata %v: want %s set", info.Config.Metadata, queue.MetaDedupeRaisedAt)
+	}
+	c := newCounter()
+	b2.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}))
+	b2.waitDrained(t)
+	if got := c.get("dup-1"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
+	}
+}
+
+func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
+	t.Parallel()
+	// Held jobs keep no worker busy: a fresh job is fetched and run while
+	// they wait.
+	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 5 * time.Second})
+	fresh := make(chan struct{})
+	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		if job.ID == "fresh" {
+			close(fresh)
+		}
+		return nil
+	}))
+	for i := range 12 {
+		m := nats.NewMsg("job.h")
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("redrive-%d", i))
+		m.Header.Set(queue.HeaderJobID, fmt.Sprintf("gone-%d", i))
+		if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitAckPending(t, 12)
+	time.Sleep(500 * time.Millisecond) // the pull that fetched them has ended
+	b.enqueue(t, "job.h", "fresh", "x")
+	select {
+	case <-fresh:
+	case <-time.After(4 * time.Second): // less than the holds' 5s
+		t.Fatal("fresh job still waiting behind held jobs")
+	}
+}
