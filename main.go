@@ -388,7 +388,7 @@ func queueFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "ack-wait", Value: queue.DefaultAckWait, EnvVars: env("ack-wait"), Usage: "how long a job may go without ack or heartbeat before redelivery"},
 		&cli.DurationFlag{Name: "processed-ttl", Value: queue.DefaultProcessedTTL, EnvVars: env("processed-ttl"), Usage: "how long a ledger record lives after its last write"},
 		&cli.IntFlag{Name: "workers", Value: queue.DefaultWorkers, EnvVars: env("workers"), Usage: "jobs run at once"},
-		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, EnvVars: env("prefetch"), Usage: "jobs held beyond --workers while their claim or completion is written"},
+		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, EnvVars: env("prefetch"), Usage: "jobs held beyond --workers while their ledger records are read and written; lower it for large payloads on small devices"},
 		&cli.BoolFlag{Name: "no-ledger", EnvVars: env("no-ledger"), Usage: "turn the ledger off: at-least-once processing, faster (see README)"},
 		&cli.StringFlag{Name: "retry-backoff", Value: "1s,10s,1m", EnvVars: env("retry-backoff"), Usage: "delays before each retry, comma-separated; the last repeats"},
 		&cli.DurationFlag{Name: "job-timeout", EnvVars: env("job-timeout"), Usage: "limit on one attempt (0: none)"},

@@ -25,10 +25,11 @@ type Config struct {
 	ProcessedTTL time.Duration
 	// Workers is how many jobs run at once. Defaults to 4.
 	Workers int
-	// Prefetch is how many more jobs than Workers the pool holds, being
-	// claimed or having their completion recorded, so that those round
-	// trips overlap with running handlers. Claimed jobs waiting for a worker
-	// get heartbeats. Defaults to 128.
+	// Prefetch is how many more jobs than Workers the pool holds while
+	// their ledger records are read and written, so that those round trips
+	// overlap with running handlers; it also sizes the pulls. Jobs waiting
+	// for a worker get heartbeats. The pool keeps up to Workers + Prefetch
+	// payloads in memory. Defaults to 512.
 	Prefetch int
 	// RetryBackoff is the delay before attempt n+1 after attempt n failed:
 	// RetryBackoff[n-1], the last entry repeating. Defaults to 1s, 10s, 1m.
