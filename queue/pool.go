@@ -324,7 +324,7 @@ const checkBatch = 256
 // startClaims passes fetched jobs on to be claimed, in order. It takes the
 // jobs that are waiting, reads their ledger records in one batch, and lets
 // each job that has none and cannot have a second copy in JOB (see
-// mayRunUnclaimed) run on a prepared claim, which its completion write
+// markUnclaimed and freshness) run on a prepared claim, which its completion write
 // creates: one ledger write per job on the happy path. Every other job is
 // claimed before it runs, at most claimAhead of them before a worker takes
 // one.
@@ -361,7 +361,7 @@ func (p *Pool) startClaims(ctx context.Context) {
 	}
 }
 
-// startClaim sends it's claim, at most claimAhead of them before a worker
+// startClaim sends it.job's claim, at most claimAhead of them before a worker
 // takes one.
 func (p *Pool) startClaim(it *inflight) {
 	<-p.ahead
@@ -853,7 +853,7 @@ func (h *heartbeats) add(it *inflight) {
 	h.mu.Unlock()
 }
 
-// remove stops it's heartbeats and returns once no renewal is under way, so
+// remove stops it.job's heartbeats and returns once no renewal is under way, so
 // the caller owns its claim.
 func (h *heartbeats) remove(it *inflight) {
 	h.mu.Lock()
