@@ -1318,7 +1318,7 @@ func job(c *cli.Context) error {
 	defer cancel()
 	rec, err := data.NewLedger(obj.Ledger, 0, nil).Get(ctx, c.Args().First())
 	if errors.Is(err, data.ErrNotFound) {
-		return fmt.Errorf("no ledger record for job %q: it is pending, unknown, or its record expired (--processed-ttl)", c.Args().First())
+		return fmt.Errorf("no ledger record for job %q: it is pending, has run for less than a third of --ack-wait, is unknown, or its record expired (--processed-ttl)", c.Args().First())
 	}
 	if err != nil {
 		return err

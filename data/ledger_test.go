@@ -15,6 +15,12 @@ import (
 )
 
 func newKV(t *testing.T) jetstream.KeyValue {
+	_, kv := newBucket(t)
+	return kv
+}
+
+// newBucket starts a server and creates the processed bucket on it.
+func newBucket(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
 	if err != nil {
@@ -24,7 +30,7 @@ func newKV(t *testing.T) jetstream.KeyValue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kv
+	return js, kv
 }
 
 func TestLedgerClaimDone(t *testing.T) {
@@ -179,15 +185,7 @@ func TestLedgerReleaseIsNotAnAttempt(t *testing.T) {
 }
 
 func newLedgerJS(t *testing.T) *data.Ledger {
-	t.Helper()
-	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "processed", Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := newBucket(t)
 	l := data.NewLedger(kv, time.Minute, js)
 	t.Cleanup(l.Close)
 	return l

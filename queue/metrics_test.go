@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -69,12 +68,7 @@ func TestMetricsCountJobOutcomes(t *testing.T) {
 	// A copy of a done job and a copy of the running one, stored as
 	// distinct messages under the same job IDs, as a re-drive would be.
 	for _, id := range []string{"ok-0", "slow-1"} {
-		m := nats.NewMsg("job.copy." + id)
-		m.Header.Set(nats.MsgIdHdr, "copy-of-"+id)
-		m.Header.Set(queue.HeaderJobID, id)
-		if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
-			t.Fatalf("publish copy of %s: %v", id, err)
-		}
+		b.publishCopy(t, "job.copy."+id, "copy-of-"+id, id)
 	}
 	waitFor(t, 20*time.Second, func() error {
 		if got := counterValue(t, reg, "jobq_jobs_skipped_total", "job.copy"); got != 2 {

@@ -350,7 +350,6 @@ func (p *Pool) startClaims(ctx context.Context) {
 			switch {
 			case it.held:
 				p.holding.Add(1)
-				p.held.Add(1)
 				go p.hold(ctx, it, data.Key(it.job.ID))
 				continue
 			case !it.unclaimed:
@@ -426,8 +425,9 @@ func (p *Pool) markUnclaimed(batch []*inflight) {
 		case found[i]:
 		case redriven(it.job):
 			it.held = true
-			p.heldKey(data.Key(it.job.ID), 1) // until hold ends
-		case p.isHeld(data.Key(it.job.ID)):
+			p.held.Add(1) // until hold ends
+			p.heldKey(data.Key(it.job.ID), 1)
+		case p.held.Load() > 0 && p.isHeld(data.Key(it.job.ID)):
 			// A copy of a held job: claimed, so that the held one finds it.
 		default:
 			c := p.ledger.Prepare(it.job, p.cfg.WorkerName)

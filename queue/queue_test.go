@@ -199,6 +199,50 @@ func (c *counter) get(id string) int {
 	return c.runs[id]
 }
 
+// wantOnce fails t unless job id ran exactly once and never beside itself.
+func (c *counter) wantOnce(t *testing.T, id string) {
+	t.Helper()
+	if got := c.get(id); got != 1 || c.overlap != 0 {
+		t.Errorf("job %s ran %d times, %d overlapping; want 1 and 0", id, got, c.overlap)
+	}
+}
+
+// republishAfterWindow enqueues id again once the dedupe window no longer
+// drops it, so that JOB stores a second copy.
+func (b *testBundle) republishAfterWindow(t *testing.T, subject, id, payload string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() error {
+		if ack := b.enqueue(t, subject, id, payload); ack.Duplicate {
+			return errors.New("still inside the dedupe window")
+		}
+		return nil
+	})
+}
+
+// publishCopy stores a copy of job jobID under its own Nats-Msg-Id, as a
+// re-drive from DLQ does.
+func (b *testBundle) publishCopy(t *testing.T, subject, msgID, jobID string) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Header.Set(nats.MsgIdHdr, msgID)
+	m.Header.Set(queue.HeaderJobID, jobID)
+	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatalf("publish copy of %s: %v", jobID, err)
+	}
+}
+
+// waitOnlyRunningLeft waits until JOB holds one job: the copies of a
+// running job were acked as duplicates.
+func (b *testBundle) waitOnlyRunningLeft(t *testing.T) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() error {
+		if st := b.status(t); st.Stream.Messages != 1 {
+			return fmt.Errorf("JOB holds %d jobs, want the running one only", st.Stream.Messages)
+		}
+		return nil
+	})
+}
+
 func ok(context.Context, *data.Job) error { return nil }
 
 func TestPoolRunsEveryJobOnce(t *testing.T) {
@@ -324,14 +368,7 @@ func testDoneMeansDoneAfterDedupeWindow(t *testing.T, cfg queue.Config) {
 	b.waitState(t, "pay-1", data.StateDone)
 	b.waitDrained(t)
 	// Once the window passed, the stream stores the same ID again.
-	var ack *jetstream.PubAck
-	waitFor(t, 10*time.Second, func() error {
-		ack = b.enqueue(t, "job.pay", "pay-1", "x")
-		if ack.Duplicate {
-			return errors.New("still inside the dedupe window")
-		}
-		return nil
-	})
+	b.republishAfterWindow(t, "job.pay", "pay-1", "x")
 	b.waitDrained(t)
 	if got := c.get("pay-1"); got != 1 {
 		t.Errorf("job ran %d times, want 1: a recorded completion must hold after the dedupe window", got)
@@ -382,26 +419,14 @@ func TestSameJobNeverRunsTwiceAtOnce(t *testing.T) {
 	b.startPool(t, h)
 	// Three stored copies of one job: distinct messages, one job ID.
 	for i := range 3 {
-		m := nats.NewMsg("job.dup")
-		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("copy-%d", i))
-		m.Header.Set(queue.HeaderJobID, "dup-1")
-		if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
-			t.Fatalf("publish: %v", err)
-		}
+		b.publishCopy(t, "job.dup", fmt.Sprintf("copy-%d", i), "dup-1")
 	}
 	// The copies that lost the claim are acked as duplicates while the
 	// first still runs.
-	waitFor(t, 10*time.Second, func() error {
-		if st := b.status(t); st.Stream.Messages != 1 {
-			return fmt.Errorf("JOB holds %d jobs, want the running one only", st.Stream.Messages)
-		}
-		return nil
-	})
+	b.waitOnlyRunningLeft(t)
 	close(release)
 	b.waitDrained(t)
-	if got := c.get("dup-1"); got != 1 || c.overlap != 0 {
-		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
-	}
+	c.wantOnce(t, "dup-1")
 }
 
 func TestFailedJobsRetryThenDeadLetter(t *testing.T) {
@@ -843,24 +868,12 @@ func TestLongUnclaimedJobWritesItsClaim(t *testing.T) {
 	if rec.Resumed || rec.Attempts != 1 {
 		t.Errorf("written claim: got %+v, want attempt 1, not resumed", rec)
 	}
-	waitFor(t, 10*time.Second, func() error {
-		if ack := b.enqueue(t, "job.long", "long-1", "x"); ack.Duplicate {
-			return errors.New("still inside the dedupe window")
-		}
-		return nil
-	})
+	b.republishAfterWindow(t, "job.long", "long-1", "x")
 	// The copy is acked as a duplicate of the running job.
-	waitFor(t, 10*time.Second, func() error {
-		if st := b.status(t); st.Stream.Messages != 1 {
-			return fmt.Errorf("JOB holds %d jobs, want the running one only", st.Stream.Messages)
-		}
-		return nil
-	})
+	b.waitOnlyRunningLeft(t)
 	close(release)
 	b.waitDrained(t)
-	if got := c.get("long-1"); got != 1 || c.overlap != 0 {
-		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
-	}
+	c.wantOnce(t, "long-1")
 	if rec := b.record(t, "long-1"); rec.State != data.StateDone || rec.Attempts != 1 {
 		t.Errorf("record: got %+v, want done, 1 attempt", rec)
 	}
@@ -873,21 +886,14 @@ func TestOldCopiesAreClaimedBeforeTheyRun(t *testing.T) {
 	// claimed before it runs and only one runs.
 	b := setup(t, queue.Config{Workers: 4, DedupeWindow: 2 * time.Second, AckWait: time.Second})
 	b.enqueue(t, "job.copy", "copy-1", "x")
-	waitFor(t, 10*time.Second, func() error {
-		if ack := b.enqueue(t, "job.copy", "copy-1", "x"); ack.Duplicate {
-			return errors.New("still inside the dedupe window")
-		}
-		return nil
-	})
+	b.republishAfterWindow(t, "job.copy", "copy-1", "x")
 	c := newCounter()
 	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
 		time.Sleep(50 * time.Millisecond)
 		return nil
 	}))
 	b.waitDrained(t)
-	if got := c.get("copy-1"); got != 1 || c.overlap != 0 {
-		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
-	}
+	c.wantOnce(t, "copy-1")
 }
 
 func TestUnclaimedJobStopsWhenItsClaimCannotBeWritten(t *testing.T) {
@@ -956,23 +962,11 @@ func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
 	if _, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), "run-1"); !errors.Is(err, data.ErrNotFound) {
 		t.Fatalf("running job: got %v, want no record yet", err)
 	}
-	m := nats.NewMsg("job.r")
-	m.Header.Set(nats.MsgIdHdr, "redrive-of-run-1")
-	m.Header.Set(queue.HeaderJobID, "run-1")
-	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 20*time.Second, func() error {
-		if st := b.status(t); st.Stream.Messages != 1 {
-			return fmt.Errorf("JOB holds %d jobs, want the running one only", st.Stream.Messages)
-		}
-		return nil
-	})
+	b.publishCopy(t, "job.r", "redrive-of-run-1", "run-1")
+	b.waitOnlyRunningLeft(t)
 	close(release)
 	b.waitDrained(t)
-	if got := c.get("run-1"); got != 1 || c.overlap != 0 {
-		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
-	}
+	c.wantOnce(t, "run-1")
 	if st := b.status(t); st.Consumer.Redelivered != 0 {
 		t.Errorf("consumer counts %d redelivered, want 0: the held copy is kept, not handed back", st.Consumer.Redelivered)
 	}
@@ -1031,20 +1025,13 @@ func TestCopyOfAHeldJobIsClaimed(t *testing.T) {
 			return ctx.Err()
 		}
 	}))
-	m := nats.NewMsg("job.r")
-	m.Header.Set(nats.MsgIdHdr, "redrive-7")
-	m.Header.Set(queue.HeaderJobID, "run-2")
-	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
+	b.publishCopy(t, "job.r", "redrive-7", "run-2")
 	held := time.Now()
 	b.waitAckPending(t, 1)
 	time.Sleep(4500*time.Millisecond - time.Since(held)) // the hold ends at 6s
 	b.enqueue(t, "job.r", "run-2", "x")
 	b.waitDrained(t)
-	if got := c.get("run-2"); got != 1 || c.overlap != 0 {
-		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
-	}
+	c.wantOnce(t, "run-2")
 }
 
 func TestRedriveWritesTheRecordFirst(t *testing.T) {
@@ -1084,9 +1071,7 @@ func TestRedriveWritesTheRecordFirst(t *testing.T) {
 	}))
 	b.enqueue(t, "job.d", "dl-1", "x") // the producer's copy, outside the window's memory
 	b.waitDrained(t)
-	if got := c.get("dl-1"); got != 1 || c.overlap != 0 {
-		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
-	}
+	c.wantOnce(t, "dl-1")
 	if rec := b.record(t, "dl-1"); rec.State != data.StateDone {
 		t.Errorf("record: got %+v, want done", rec)
 	}
@@ -1099,12 +1084,7 @@ func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
 	// are in JOB every job is claimed, and the job runs once.
 	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 300 * time.Millisecond, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-1", "a")
-	waitFor(t, 10*time.Second, func() error {
-		if ack := b.enqueue(t, "job.d", "dup-1", "b"); ack.Duplicate {
-			return errors.New("still inside the dedupe window")
-		}
-		return nil
-	})
+	b.republishAfterWindow(t, "job.d", "dup-1", "b")
 	b2 := setupOn(t, b.srv, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: time.Hour, ProcessedTTL: 2 * time.Hour})
 	info, err := b2.obj.Jobs.Info(context.Background())
 	if err != nil {
@@ -1119,9 +1099,7 @@ func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
 		return nil
 	}))
 	b2.waitDrained(t)
-	if got := c.get("dup-1"); got != 1 || c.overlap != 0 {
-		t.Errorf("job ran %d times, %d overlapping; want 1 and 0", got, c.overlap)
-	}
+	c.wantOnce(t, "dup-1")
 }
 
 func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
@@ -1137,12 +1115,7 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 		return nil
 	}))
 	for i := range 12 {
-		m := nats.NewMsg("job.h")
-		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("redrive-%d", i))
-		m.Header.Set(queue.HeaderJobID, fmt.Sprintf("gone-%d", i))
-		if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
+		b.publishCopy(t, "job.h", fmt.Sprintf("redrive-%d", i), fmt.Sprintf("gone-%d", i))
 	}
 	b.waitAckPending(t, 12)
 	time.Sleep(500 * time.Millisecond) // the pull that fetched them has ended
