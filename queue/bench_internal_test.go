@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 )
 
 func TestBenchCountsFindLossAndDuplicates(t *testing.T) {
@@ -20,5 +21,25 @@ func TestBenchCountsFindLossAndDuplicates(t *testing.T) {
 	}
 	if got := c.handled.Load(); got != 4 {
 		t.Errorf("handled: got %d distinct jobs, want 4", got)
+	}
+}
+
+func TestBenchCountsTimeEachJobsFirstHandling(t *testing.T) {
+	c := newBenchCounts(4, true)
+	now := time.Now()
+	job := func(i uint32, age time.Duration) []byte {
+		b := make([]byte, 12)
+		binary.BigEndian.PutUint64(b, uint64(now.Add(-age).UnixNano()))
+		binary.BigEndian.PutUint32(b[8:], i)
+		return b
+	}
+	c.handle(job(0, 10*time.Millisecond))
+	c.handle(job(1, 20*time.Millisecond))
+	c.handle(job(2, 30*time.Millisecond))
+	c.handle(job(2, time.Hour)) // a duplicate: not timed again
+	// job 3 is never handled: it has no latency.
+	p50, p99, maxMs := c.latencies()
+	if p50 < 20 || p50 > 30 || p99 < 30 || p99 > 1000 || maxMs != p99 {
+		t.Errorf("latencies: got p50 %.1f ms, p99 %.1f ms, max %.1f ms; want about 20, 30, 30", p50, p99, maxMs)
 	}
 }
