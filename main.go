@@ -388,7 +388,8 @@ func queueFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "ack-wait", Value: queue.DefaultAckWait, EnvVars: env("ack-wait"), Usage: "how long a job may go without ack or heartbeat before redelivery"},
 		&cli.DurationFlag{Name: "processed-ttl", Value: queue.DefaultProcessedTTL, EnvVars: env("processed-ttl"), Usage: "how long a ledger record lives after its last write"},
 		&cli.IntFlag{Name: "workers", Value: queue.DefaultWorkers, EnvVars: env("workers"), Usage: "jobs run at once"},
-		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, EnvVars: env("prefetch"), Usage: "jobs held beyond --workers while their ledger records are read and written; lower it for large payloads on small devices"},
+		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, EnvVars: env("prefetch"), Usage: "jobs held beyond --workers while their ledger records are read and written (within --prefetch-bytes)"},
+		&cli.Int64Flag{Name: "prefetch-bytes", Value: queue.DefaultPrefetchBytes, EnvVars: env("prefetch-bytes"), Usage: "payload bytes the worker pool holds at most, running and waiting; keep it above --max-payload, or jobs are fetched one at a time"},
 		&cli.BoolFlag{Name: "no-ledger", EnvVars: env("no-ledger"), Usage: "turn the ledger off: at-least-once processing, faster (see README)"},
 		&cli.StringFlag{Name: "retry-backoff", Value: "1s,10s,1m", EnvVars: env("retry-backoff"), Usage: "delays before each retry, comma-separated; the last repeats"},
 		&cli.DurationFlag{Name: "job-timeout", EnvVars: env("job-timeout"), Usage: "limit on one attempt (0: none)"},
@@ -432,22 +433,26 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		return server.Config{}, queue.Config{}, usageError{err}
 	}
 	qc := queue.Config{
-		DedupeWindow: c.Duration("dedupe-window"),
-		MaxDeliver:   c.Int("max-deliver"),
-		AckWait:      c.Duration("ack-wait"),
-		ProcessedTTL: c.Duration("processed-ttl"),
-		Workers:      c.Int("workers"),
-		Prefetch:     c.Int("prefetch"),
-		NoLedger:     c.Bool("no-ledger"),
-		RetryBackoff: backoff,
-		JobTimeout:   c.Duration("job-timeout"),
-		MaxPayload:   c.Int("max-payload"),
+		DedupeWindow:  c.Duration("dedupe-window"),
+		MaxDeliver:    c.Int("max-deliver"),
+		AckWait:       c.Duration("ack-wait"),
+		ProcessedTTL:  c.Duration("processed-ttl"),
+		Workers:       c.Int("workers"),
+		Prefetch:      c.Int("prefetch"),
+		PrefetchBytes: c.Int64("prefetch-bytes"),
+		NoLedger:      c.Bool("no-ledger"),
+		RetryBackoff:  backoff,
+		JobTimeout:    c.Duration("job-timeout"),
+		MaxPayload:    c.Int("max-payload"),
 	}
 	if c.IsSet("max-deliver") && qc.MaxDeliver <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--max-deliver %d: want 1 or more", qc.MaxDeliver)
 	}
 	if c.IsSet("workers") && qc.Workers <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--workers %d: want 1 or more", qc.Workers)
+	}
+	if c.IsSet("prefetch-bytes") && qc.PrefetchBytes <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--prefetch-bytes %d: want 1 or more", qc.PrefetchBytes)
 	}
 	if c.IsSet("max-payload") && qc.MaxPayload <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--max-payload %d: want 1 or more", qc.MaxPayload)

@@ -1194,6 +1194,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "ack wait under a second", args: []string{"serve", "--ack-wait", "10ms"}, want: []string{"ack wait 10ms", "1s or more"}},
 		{name: "max deliver 0", args: []string{"serve", "--max-deliver", "0"}, want: []string{"--max-deliver 0", "1 or more"}},
 		{name: "workers 0", args: []string{"serve", "--workers", "0"}, want: []string{"--workers 0"}},
+		{name: "prefetch bytes 0", args: []string{"serve", "--prefetch-bytes", "0"}, want: []string{"--prefetch-bytes 0", "1 or more"}},
 		{name: "bad retry backoff", args: []string{"serve", "--retry-backoff", "soon"}, want: []string{"--retry-backoff", "1s,10s,1m"}},
 		{name: "handler without subject", args: []string{"serve", "--handler", "nonsense"}, want: []string{`--handler "nonsense"`, "SUBJECT=SPEC"}},
 		{name: "handler of unknown kind", args: []string{"serve", "--handler", "job.x=unknown:thing"}, want: []string{`unknown handler kind "unknown"`, "exec:COMMAND"}},

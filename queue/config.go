@@ -29,8 +29,12 @@ type Config struct {
 	// their ledger records are read and written, so that those round trips
 	// overlap with running handlers; it also sizes the pulls. Jobs waiting
 	// for a worker get heartbeats. The pool keeps up to Workers + Prefetch
-	// payloads in memory. Defaults to 512.
+	// payloads in memory, within PrefetchBytes. Defaults to 512.
 	Prefetch int
+	// PrefetchBytes bounds the payload bytes of the jobs the pool holds,
+	// running and waiting: a pull asks for no more than the room left. A
+	// job larger than the bound still runs, alone. Defaults to 32 MiB.
+	PrefetchBytes int64
 	// RetryBackoff is the delay before attempt n+1 after attempt n failed:
 	// RetryBackoff[n-1], the last entry repeating. Defaults to 1s, 10s, 1m.
 	RetryBackoff []time.Duration
@@ -63,13 +67,14 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultDedupeWindow = 10 * time.Minute
-	DefaultMaxDeliver   = 3
-	DefaultAckWait      = 60 * time.Second
-	DefaultProcessedTTL = 7 * 24 * time.Hour
-	DefaultWorkers      = 4
-	DefaultPrefetch     = 512
-	DefaultMaxPayload   = 1 << 20
+	DefaultDedupeWindow  = 10 * time.Minute
+	DefaultMaxDeliver    = 3
+	DefaultAckWait       = 60 * time.Second
+	DefaultProcessedTTL  = 7 * 24 * time.Hour
+	DefaultWorkers       = 4
+	DefaultPrefetch      = 512
+	DefaultPrefetchBytes = 32 << 20
+	DefaultMaxPayload    = 1 << 20
 )
 
 // DefaultRetryBackoff is the default of Config.RetryBackoff.
@@ -93,6 +98,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = DefaultPrefetch
+	}
+	if c.PrefetchBytes == 0 {
+		c.PrefetchBytes = DefaultPrefetchBytes
 	}
 	if len(c.RetryBackoff) == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
@@ -128,6 +136,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workers %d: want 0 or more", c.Workers)
 	case c.Prefetch < 0:
 		return fmt.Errorf("prefetch %d: want 0 or more", c.Prefetch)
+	case c.PrefetchBytes < 0:
+		return fmt.Errorf("prefetch bytes %d: want 1 or more", c.PrefetchBytes)
 	case c.JobTimeout < 0:
 		return fmt.Errorf("job timeout %s is negative", c.JobTimeout)
 	case c.MaxBytes < 0:

@@ -55,6 +55,8 @@ type Pool struct {
 	log     zerolog.Logger
 
 	tokens  chan struct{}  // one per job the pool has room for
+	bytes   atomic.Int64   // payload bytes of the jobs the pool holds
+	maxJob  int64          // a pull's least byte budget: room for JOB's largest job
 	fetched chan *inflight // fetched, not yet claimed
 	ahead   chan struct{}  // one per claim that may be made before a worker starts it
 	claims  chan *inflight // claim on its way
@@ -90,6 +92,7 @@ type handlerCtx struct {
 type inflight struct {
 	msg     jetstream.Msg
 	job     *data.Job
+	size    int64 // payload bytes, counted in Pool.bytes
 	pending *data.PendingClaim
 	claim   data.Claim
 	write   *data.PendingWrite
@@ -119,6 +122,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	// futures time out, so waiting for one never hangs.
 	return &Pool{
 		obj:     obj,
+		maxJob:  largestJob(obj),
 		cfg:     cfg,
 		ledger:  data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
 		handler: h,
@@ -232,8 +236,20 @@ func (p *Pool) Stop(ctx context.Context) error {
 	return err
 }
 
-// fetch pulls at most as many jobs as the pool has room for, so that no job
-// waits long in a buffer while its ack wait runs.
+// largestJob is the byte budget a pull needs so that JOB's largest job fits:
+// a pull's budget counts headers and subjects too, and a job that does not
+// fit in one would never be delivered.
+func largestJob(obj *Objects) int64 {
+	size := int64(obj.JS.Conn().MaxPayload())
+	if info := obj.Jobs.CachedInfo(); info != nil && info.Config.MaxMsgSize > 0 {
+		size = int64(info.Config.MaxMsgSize)
+	}
+	return size + 16<<10 // the subject and the reply subject
+}
+
+// fetch pulls at most as many jobs as the pool has room for, and at most
+// as many payload bytes (PrefetchBytes), so that no job waits long in a
+// buffer while its ack wait runs and large payloads do not fill memory.
 func (p *Pool) fetch(ctx context.Context) {
 	for ctx.Err() == nil { // checked first: select picks at random among ready cases
 		select {
@@ -245,7 +261,12 @@ func (p *Pool) fetch(ctx context.Context) {
 		// While the pool holds enough jobs to keep its workers busy, wait
 		// for room for half of it, so that pulls are few and large. Held
 		// jobs (see hold) keep no worker busy.
-		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens)-int(p.held.Load()) > 2*p.cfg.Workers {
+		//
+		// While the jobs it holds leave less byte room than one more large
+		// job needs, wait for some to finish. Every job gives back its
+		// bytes before its token, and a pool that holds no job pulls.
+		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens)-int(p.held.Load()) > 2*p.cfg.Workers ||
+			n < cap(p.tokens) && p.bytes.Load() > 0 && p.byteRoom() < p.maxJob {
 			select {
 			case <-p.tokens:
 				n++
@@ -265,16 +286,27 @@ func (p *Pool) fetch(ctx context.Context) {
 				break more
 			}
 		}
-		got := p.fetchBatch(ctx, n)
+		want, budget := n, p.byteRoom()
+		if budget < p.maxJob {
+			// Only a pool that holds no job gets here (see above), with
+			// PrefetchBytes under JOB's largest job: one job at a time, of
+			// any size.
+			want, budget = 1, p.maxJob
+		}
+		got := p.fetchBatch(ctx, want, budget)
 		for range n - got {
 			p.tokens <- struct{}{}
 		}
 	}
 }
 
-// fetchBatch pulls up to n jobs and admits each. It returns how many it got.
-func (p *Pool) fetchBatch(ctx context.Context, n int) int {
-	batch, err := p.obj.Worker.Fetch(n, jetstream.FetchMaxWait(p.cfg.FetchWait))
+// byteRoom is how many more payload bytes the pool may hold.
+func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.bytes.Load() }
+
+// fetchBatch pulls up to n jobs, of at most maxBytes in all, and admits
+// each. It returns how many it got.
+func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) int {
+	batch, err := p.obj.Worker.Fetch(n, jetstream.FetchMaxWait(p.cfg.FetchWait), jetstream.FetchMaxBytes(int(min(maxBytes, 1<<30))))
 	if err != nil {
 		p.log.Warn().Err(err).Msg("fetch jobs")
 		select {
@@ -301,10 +333,11 @@ func (p *Pool) admit(msg jetstream.Msg) {
 	job, err := decodeJob(msg)
 	if err != nil {
 		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("not a jetstream job; left for redelivery")
-		p.release()
+		p.release(nil)
 		return
 	}
-	it := &inflight{msg: msg, job: job}
+	it := &inflight{msg: msg, job: job, size: int64(len(job.Payload))}
+	p.bytes.Add(it.size)
 	p.beats.add(it) // InProgress while it waits, so it is not redelivered
 	if p.cfg.NoLedger {
 		p.work <- it
@@ -389,7 +422,7 @@ func (p *Pool) hold(ctx context.Context, it *inflight, key string) {
 	case <-ctx.Done():
 		p.beats.remove(it)
 		p.nak(it.msg, 0, *p.jobLog(it.job))
-		p.release()
+		p.release(it)
 	}
 }
 
@@ -531,8 +564,14 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 	p.ack(opCtx, msg, *p.jobLog(job))
 }
 
-// release frees one job's room in the pool.
-func (p *Pool) release() { p.tokens <- struct{}{} }
+// release frees one job's room in the pool: its bytes, then its token.
+// it is nil for a message that was never admitted.
+func (p *Pool) release(it *inflight) {
+	if it != nil {
+		p.bytes.Add(-it.size)
+	}
+	p.tokens <- struct{}{}
+}
 
 // claimAll waits for each claim in order and hands the won ones to workers.
 func (p *Pool) claimAll(ctx context.Context) {
@@ -544,7 +583,7 @@ func (p *Pool) claimAll(ctx context.Context) {
 		}
 		p.beats.remove(it)
 		p.ahead <- struct{}{}
-		p.release()
+		p.release(it)
 	}
 }
 
@@ -637,7 +676,7 @@ func (p *Pool) runAll(ctx context.Context) {
 			p.dones <- it
 			continue
 		}
-		p.release()
+		p.release(it)
 	}
 }
 
@@ -738,7 +777,7 @@ func (p *Pool) ackAll(ctx context.Context) {
 	for it := range p.dones {
 		if err := it.write.Wait(ctx); err != nil {
 			p.recordFailed(it.msg, it.job, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
-			p.release()
+			p.release(it)
 			continue
 		}
 		p.cfg.Metrics.jobCompleted(it.job.Subject)
@@ -747,7 +786,7 @@ func (p *Pool) ackAll(ctx context.Context) {
 			// A lost ack is harmless: the redelivery finds the job done.
 			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
 		}
-		p.release()
+		p.release(it)
 	}
 }
 

@@ -1126,3 +1126,42 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 		t.Fatal("fresh job still waiting behind held jobs")
 	}
 }
+
+func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {
+	t.Parallel()
+	// Room for 24 jobs by count, and twelve 16,000-byte jobs waiting: the
+	// byte budget decides how many the pool takes. Under JOB's largest job
+	// (16 KiB payload plus headers), jobs come one at a time.
+	for _, tt := range []struct {
+		name   string
+		budget int64
+		inHand int
+	}{
+		{"six fit", 100_000, 6},
+		{"under the largest job", 1_000, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{Workers: 4, Prefetch: 20, PrefetchBytes: tt.budget, MaxPayload: 16 << 10})
+			for i := range 12 {
+				b.enqueue(t, "job.b", fmt.Sprintf("big-%d", i), strings.Repeat("b", 16_000))
+			}
+			release := make(chan struct{})
+			c := newCounter()
+			b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+				<-release
+				return nil
+			}))
+			b.waitAckPending(t, tt.inHand)
+			time.Sleep(500 * time.Millisecond) // longer than a pull's wait
+			if got := b.status(t).Consumer.AckPending; got != tt.inHand {
+				t.Errorf("pool holds %d jobs, want %d", got, tt.inHand)
+			}
+			close(release)
+			b.waitDrained(t)
+			for i := range 12 {
+				c.wantOnce(t, fmt.Sprintf("big-%d", i))
+			}
+		})
+	}
+}
