@@ -1165,3 +1165,33 @@ func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {
 		})
 	}
 }
+
+func TestPoolsKeepGoingAtMaxAckPending(t *testing.T) {
+	t.Parallel()
+	// Two pools on one WORKER (two jobq processes, say) have room for 20
+	// jobs between them, but WORKER lets only 5 be delivered and unacked:
+	// pulls wait at the limit rather than stall or fail, and every job
+	// runs once.
+	b := setup(t, queue.Config{Workers: 2, Prefetch: 8, AckWait: 2 * time.Second})
+	ctx := context.Background()
+	cfg := b.obj.Worker.CachedInfo().Config
+	cfg.MaxAckPending = 5
+	if _, err := b.js.UpdateConsumer(ctx, queue.StreamJob, cfg); err != nil {
+		t.Fatalf("lower max ack pending: %v", err)
+	}
+	c := newCounter()
+	h := c.wrap(func(ctx context.Context, job *data.Job) error {
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	b.startPool(t, h)
+	b.startPool(t, h)
+	for i := range 40 {
+		b.enqueue(t, "job.map", fmt.Sprintf("m-%d", i), "x")
+	}
+	b.waitAckPending(t, 5) // the limit is reached
+	b.waitDrained(t)
+	for i := range 40 {
+		c.wantOnce(t, fmt.Sprintf("m-%d", i))
+	}
+}
