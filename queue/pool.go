@@ -506,13 +506,16 @@ func redriven(job *data.Job) bool { return nats.Header(job.Header).Get(HeaderJob
 // only makes the check stricter, since JOB's oldest message never gets
 // older. While JOB holds a job stored before Provision lengthened the
 // window (MetaDedupeRaisedAt), copies may be closer than the window, so
-// every job is claimed.
+// every job is claimed. A window changed in place outside jobq leaves no
+// such note, so the check keeps to the shortest of Config.DedupeWindow
+// (which Provision set) and every window seen since.
 //
 // Used by startClaims only.
 type freshness struct {
 	checked time.Time     // when JOB was last looked at
 	oldest  time.Time     // JOB's oldest message then, or checked if empty
 	limit   time.Duration // JOB's dedupe window less AckWait; 0: claim all
+	window  time.Duration // the shortest dedupe window seen (see allows)
 }
 
 func (f *freshness) allows(p *Pool, now time.Time) bool {
@@ -528,7 +531,14 @@ func (f *freshness) allows(p *Pool, now time.Time) bool {
 		if info.State.Msgs > 0 {
 			f.oldest = info.State.FirstTime
 		}
-		f.limit = info.Config.Duplicates - p.cfg.AckWait
+		// A window lengthened outside jobq (nats stream edit) is not
+		// trusted: jobs stored before were deduplicated over the shorter
+		// one. Provision set p.cfg.DedupeWindow; the shortest window seen
+		// since holds for the rest of the run.
+		if f.window == 0 || info.Config.Duplicates < f.window {
+			f.window = min(info.Config.Duplicates, p.cfg.DedupeWindow)
+		}
+		f.limit = f.window - p.cfg.AckWait
 		// Jobs stored before the window was lengthened were deduplicated
 		// over the shorter one: two copies may be closer than the window.
 		if raised, err := time.Parse(time.RFC3339Nano, info.Config.Metadata[MetaDedupeRaisedAt]); err == nil && !f.oldest.After(raised) {

@@ -1102,6 +1102,30 @@ func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
 	c.wantOnce(t, "dup-1")
 }
 
+func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	// Two copies stored under jobq's 2s window, then the window lengthened
+	// with a plain stream edit (as nats stream edit does), which leaves no
+	// note in JOB's metadata: the pool keeps to the shorter window, so both
+	// copies are claimed, and the job runs once.
+	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 2 * time.Second, ProcessedTTL: time.Hour})
+	b.enqueue(t, "job.d", "dup-2", "a")
+	b.republishAfterWindow(t, "job.d", "dup-2", "b")
+	ctx := context.Background()
+	cfg := b.obj.Jobs.CachedInfo().Config
+	cfg.Duplicates = time.Hour
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("lengthen JOB's dedupe window: %v", err)
+	}
+	c := newCounter()
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}))
+	b.waitDrained(t)
+	c.wantOnce(t, "dup-2")
+}
+
 func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 	t.Parallel()
 	// Held jobs keep no worker busy: a fresh job is fetched and run while
