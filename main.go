@@ -389,7 +389,7 @@ func queueFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "processed-ttl", Value: queue.DefaultProcessedTTL, EnvVars: env("processed-ttl"), Usage: "how long a ledger record lives after its last write"},
 		&cli.IntFlag{Name: "workers", Value: queue.DefaultWorkers, EnvVars: env("workers"), Usage: "jobs run at once"},
 		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, EnvVars: env("prefetch"), Usage: "jobs held beyond --workers while their ledger records are read and written (within --prefetch-bytes)"},
-		&cli.Int64Flag{Name: "prefetch-bytes", Value: queue.DefaultPrefetchBytes, EnvVars: env("prefetch-bytes"), Usage: "payload bytes the worker pool holds at most, running and waiting; keep it above --max-payload, or jobs are fetched one at a time"},
+		&cli.Int64Flag{Name: "prefetch-bytes", Value: queue.DefaultPrefetchBytes, EnvVars: env("prefetch-bytes"), Usage: "payload bytes the worker pool holds at most, running and waiting; a larger job runs alone"},
 		&cli.BoolFlag{Name: "no-ledger", EnvVars: env("no-ledger"), Usage: "turn the ledger off: at-least-once processing, faster (see README)"},
 		&cli.StringFlag{Name: "retry-backoff", Value: "1s,10s,1m", EnvVars: env("retry-backoff"), Usage: "delays before each retry, comma-separated; the last repeats"},
 		&cli.DurationFlag{Name: "job-timeout", EnvVars: env("job-timeout"), Usage: "limit on one attempt (0: none)"},

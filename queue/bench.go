@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -116,6 +117,9 @@ func Bench(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	}
 	if _, err := benchMode(ctx, warm, "baseline"); err != nil {
 		return rep, fmt.Errorf("bench warm-up: %w", err)
+	}
+	if err := os.RemoveAll(warm.Dir); err != nil {
+		return rep, err
 	}
 	var loss error
 	for _, m := range modes {
@@ -419,8 +423,9 @@ func (c *benchCounts) latencies() (p50, p99, maxMs float64) {
 		return 0, 0, 0
 	}
 	slices.Sort(ds)
-	at := func(q float64) float64 {
-		return float64(ds[min(int(q*float64(len(ds))), len(ds)-1)]) / float64(time.Millisecond)
+	at := func(q float64) float64 { // nearest rank
+		i := int(math.Ceil(q*float64(len(ds)))) - 1
+		return float64(ds[max(i, 0)]) / float64(time.Millisecond)
 	}
 	return at(0.50), at(0.99), at(1)
 }

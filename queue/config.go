@@ -137,7 +137,7 @@ func (c Config) Validate() error {
 	case c.Prefetch < 0:
 		return fmt.Errorf("prefetch %d: want 0 or more", c.Prefetch)
 	case c.PrefetchBytes < 0:
-		return fmt.Errorf("prefetch bytes %d: want 1 or more", c.PrefetchBytes)
+		return fmt.Errorf("prefetch bytes %d is negative", c.PrefetchBytes)
 	case c.JobTimeout < 0:
 		return fmt.Errorf("job timeout %s is negative", c.JobTimeout)
 	case c.MaxBytes < 0:

@@ -54,9 +54,16 @@ type Pool struct {
 	handler handlers.Handler
 	log     zerolog.Logger
 
-	tokens  chan struct{}  // one per job the pool has room for
-	bytes   atomic.Int64   // payload bytes of the jobs the pool holds
-	maxJob  int64          // a pull's least byte budget: room for JOB's largest job
+	tokens chan struct{} // one per job the pool has room for
+	bytes  atomic.Int64  // payload bytes of the jobs the pool holds
+	// maxBatch and maxPullBytes are WORKER's limits on one pull, if it has
+	// any (MaxRequestBatch, MaxRequestMaxBytes): a pull over them fails.
+	maxBatch     int
+	maxPullBytes int64
+	// bigAt: a pull came back early and empty, as when the next job does
+	// not fit the byte room, while the pool held bigAt bytes; the next pull
+	// waits for fewer. -1: none. Used by fetch only.
+	bigAt   int64
 	fetched chan *inflight // fetched, not yet claimed
 	ahead   chan struct{}  // one per claim that may be made before a worker starts it
 	claims  chan *inflight // claim on its way
@@ -77,6 +84,7 @@ type Pool struct {
 	sweeping    sync.WaitGroup
 	holding     sync.WaitGroup // held re-driven jobs (see hold)
 	held        atomic.Int64   // how many
+	heldBytes   atomic.Int64   // their payload bytes
 	heldMu      sync.Mutex
 	heldKeys    map[string]int // their ledger keys
 	stopOnce    sync.Once
@@ -118,11 +126,15 @@ type inflight struct {
 func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	cfg := obj.Config
 	capacity := cfg.Workers + cfg.Prefetch
+	var maxBatch int
+	var maxPullBytes int64
+	if info := obj.Worker.CachedInfo(); info != nil {
+		maxBatch, maxPullBytes = info.Config.MaxRequestBatch, int64(info.Config.MaxRequestMaxBytes)
+	}
 	// The ledger's async writes get a JetStream context of their own whose
 	// futures time out, so waiting for one never hangs.
 	return &Pool{
 		obj:     obj,
-		maxJob:  largestJob(obj),
 		cfg:     cfg,
 		ledger:  data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
 		handler: h,
@@ -134,6 +146,10 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		work:    make(chan *inflight, capacity),
 		dones:   make(chan *inflight, capacity),
 		beats:   &heartbeats{jobs: map[*inflight]struct{}{}},
+		bigAt:   -1,
+
+		maxBatch:     maxBatch,
+		maxPullBytes: maxPullBytes,
 	}
 }
 
@@ -197,7 +213,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		defer sub.Unsubscribe()
 		p.sweeper(fetchCtx, seqs)
 	}()
-	p.log.Info().Int("workers", p.cfg.Workers).Int("prefetch", p.cfg.Prefetch).Str("consumer", ConsumerWorker).Bool("ledger", !p.cfg.NoLedger).Msg("workers started")
+	p.log.Info().Int("workers", p.cfg.Workers).Int("prefetch", p.cfg.Prefetch).Int64("prefetch_bytes", p.cfg.PrefetchBytes).Str("consumer", ConsumerWorker).Bool("ledger", !p.cfg.NoLedger).Msg("workers started")
 	return nil
 }
 
@@ -236,17 +252,6 @@ func (p *Pool) Stop(ctx context.Context) error {
 	return err
 }
 
-// largestJob is the byte budget a pull needs so that JOB's largest job fits:
-// a pull's budget counts headers and subjects too, and a job that does not
-// fit in one would never be delivered.
-func largestJob(obj *Objects) int64 {
-	size := int64(obj.JS.Conn().MaxPayload())
-	if info := obj.Jobs.CachedInfo(); info != nil && info.Config.MaxMsgSize > 0 {
-		size = int64(info.Config.MaxMsgSize)
-	}
-	return size + 16<<10 // the subject and the reply subject
-}
-
 // fetch pulls at most as many jobs as the pool has room for, and at most
 // as many payload bytes (PrefetchBytes), so that no job waits long in a
 // buffer while its ack wait runs and large payloads do not fill memory.
@@ -262,11 +267,11 @@ func (p *Pool) fetch(ctx context.Context) {
 		// for room for half of it, so that pulls are few and large. Held
 		// jobs (see hold) keep no worker busy.
 		//
-		// While the jobs it holds leave less byte room than one more large
-		// job needs, wait for some to finish. Every job gives back its
-		// bytes before its token, and a pool that holds no job pulls.
+		// While the jobs it holds leave no byte room, or no more than when
+		// the last pull found the next job too big for it (bigAt), wait for
+		// one to finish: every job gives back its bytes before its token.
 		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens)-int(p.held.Load()) > 2*p.cfg.Workers ||
-			n < cap(p.tokens) && p.bytes.Load() > 0 && p.byteRoom() < p.maxJob {
+			n < cap(p.tokens) && p.busyBytes() > 0 && (p.byteRoom() <= 0 || p.bigAt >= 0 && p.busyBytes() >= p.bigAt) {
 			select {
 			case <-p.tokens:
 				n++
@@ -286,34 +291,65 @@ func (p *Pool) fetch(ctx context.Context) {
 				break more
 			}
 		}
-		want, budget := n, p.byteRoom()
-		if budget < p.maxJob {
-			// Only a pool that holds no job gets here (see above), with
-			// PrefetchBytes under JOB's largest job: one job at a time, of
-			// any size.
-			want, budget = 1, p.maxJob
+		want, budget, alone := n, p.byteRoom(), false
+		if busy := p.busyBytes(); busy == 0 && (budget <= 0 || p.bigAt >= 0) {
+			// A pool that holds no payload takes the next job whatever its
+			// size, alone.
+			want, budget, alone = 1, 0, true
 		}
-		got := p.fetchBatch(ctx, want, budget)
+		if p.maxBatch > 0 {
+			want = min(want, p.maxBatch)
+		}
+		if p.maxPullBytes > 0 && (budget <= 0 || budget > p.maxPullBytes) {
+			budget = p.maxPullBytes
+		}
+		p.bigAt = -1
+		busy, start := p.busyBytes(), time.Now()
+		got, err := p.fetchBatch(ctx, want, budget)
 		for range n - got {
 			p.tokens <- struct{}{}
 		}
-	}
-}
-
-// byteRoom is how many more payload bytes the pool may hold.
-func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.bytes.Load() }
-
-// fetchBatch pulls up to n jobs, of at most maxBytes in all, and admits
-// each. It returns how many it got.
-func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) int {
-	batch, err := p.obj.Worker.Fetch(n, jetstream.FetchMaxWait(p.cfg.FetchWait), jetstream.FetchMaxBytes(int(min(maxBytes, 1<<30))))
-	if err != nil {
-		p.log.Warn().Err(err).Msg("fetch jobs")
+		if got > 0 || time.Since(start) >= p.cfg.FetchWait/2 {
+			continue
+		}
+		// The pull ended early with no job. Without an error, the server
+		// ended it because the next job does not fit the byte budget: the
+		// next pull waits for room, or takes the job alone. Otherwise, as
+		// when even alone it does not fit WORKER's limit, wait before the
+		// next pull rather than spin.
+		switch {
+		case err == nil && budget > 0 && !alone:
+			p.bigAt = busy
+			continue
+		case err == nil && budget > 0:
+			p.log.Warn().Int64("max_request_max_bytes", p.maxPullBytes).Msg("the next job is larger than WORKER's limit on one pull; raise it with nats consumer edit")
+		}
 		select {
 		case <-time.After(p.cfg.FetchWait):
 		case <-ctx.Done():
 		}
-		return 0
+	}
+}
+
+// busyBytes is the payload the pool holds, but for held jobs (see hold),
+// which count as little here as they do for the workers.
+func (p *Pool) busyBytes() int64 { return p.bytes.Load() - p.heldBytes.Load() }
+
+// byteRoom is how many more payload bytes the pool may hold.
+func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.busyBytes() }
+
+// fetchBatch pulls up to n jobs, of at most maxBytes in all (0: any), and
+// admits each. It returns how many it got and why the pull ended early, if
+// it did for a reason other than its wait running out.
+func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, error) {
+	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(p.cfg.FetchWait)}
+	if maxBytes > 0 {
+		opts = append(opts, jetstream.FetchMaxBytes(int(min(maxBytes, 1<<30))))
+	}
+	batch, err := p.obj.Worker.Fetch(n, opts...)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("fetch jobs")
+		return 0, err
 	}
 	got := 0
 	// A batch that was requested is read to its end, even while stopping:
@@ -324,8 +360,9 @@ func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) int {
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) {
 		p.log.Warn().Err(err).Msg("fetch jobs")
+		return got, err
 	}
-	return got
+	return got, nil
 }
 
 // admit starts a fetched job's claim and queues it.
@@ -411,6 +448,7 @@ func (p *Pool) startClaim(it *inflight) {
 func (p *Pool) hold(ctx context.Context, it *inflight, key string) {
 	defer p.holding.Done()
 	defer p.held.Add(-1)
+	defer p.heldBytes.Add(-it.size)
 	defer p.heldKey(key, -1)
 	p.jobLog(it.job).Info().Dur("for", p.cfg.AckWait).Msg("re-driven job has no ledger record: held so that a running copy can claim it first")
 	t := time.NewTimer(p.cfg.AckWait)
@@ -459,6 +497,7 @@ func (p *Pool) markUnclaimed(batch []*inflight) {
 		case redriven(it.job):
 			it.held = true
 			p.held.Add(1) // until hold ends
+			p.heldBytes.Add(it.size)
 			p.heldKey(data.Key(it.job.ID), 1)
 		case p.held.Load() > 0 && p.isHeld(data.Key(it.job.ID)):
 			// A copy of a held job: claimed, so that the held one finds it.

@@ -2,8 +2,11 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +157,20 @@ func (b *testBundle) waitAckPending(t *testing.T, n int) {
 	})
 }
 
+// inMsgs is how many messages the server has received from clients.
+func (b *testBundle) inMsgs(t *testing.T) int64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	b.srv.MonitorHandlers()["/varz"](rec, httptest.NewRequest(http.MethodGet, "/varz", nil))
+	var varz struct {
+		InMsgs int64 `json:"in_msgs"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &varz); err != nil {
+		t.Fatalf("read /varz: %v", err)
+	}
+	return varz.InMsgs
+}
+
 func (b *testBundle) waitDrained(t *testing.T) {
 	t.Helper()
 	waitFor(t, 20*time.Second, func() error {
@@ -223,7 +240,14 @@ func (b *testBundle) republishAfterWindow(t *testing.T, subject, id, payload str
 // re-drive from DLQ does.
 func (b *testBundle) publishCopy(t *testing.T, subject, msgID, jobID string) {
 	t.Helper()
+	b.publishCopyOf(t, subject, msgID, jobID, nil)
+}
+
+// publishCopyOf is publishCopy with a payload.
+func (b *testBundle) publishCopyOf(t *testing.T, subject, msgID, jobID string, payload []byte) {
+	t.Helper()
 	m := nats.NewMsg(subject)
+	m.Data = payload
 	m.Header.Set(nats.MsgIdHdr, msgID)
 	m.Header.Set(queue.HeaderJobID, jobID)
 	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
@@ -1128,9 +1152,10 @@ func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
 
 func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 	t.Parallel()
-	// Held jobs keep no worker busy: a fresh job is fetched and run while
-	// they wait.
-	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 5 * time.Second})
+	// Held jobs keep no worker busy and count for nothing in the byte
+	// budget: a fresh job is fetched and run while they wait, though they
+	// hold more payload than the budget.
+	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 5 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
 	fresh := make(chan struct{})
 	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		if job.ID == "fresh" {
@@ -1139,7 +1164,7 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 		return nil
 	}))
 	for i := range 12 {
-		b.publishCopy(t, "job.h", fmt.Sprintf("redrive-%d", i), fmt.Sprintf("gone-%d", i))
+		b.publishCopyOf(t, "job.h", fmt.Sprintf("redrive-%d", i), fmt.Sprintf("gone-%d", i), make([]byte, 16_000))
 	}
 	b.waitAckPending(t, 12)
 	time.Sleep(500 * time.Millisecond) // the pull that fetched them has ended
@@ -1154,15 +1179,15 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {
 	t.Parallel()
 	// Room for 24 jobs by count, and twelve 16,000-byte jobs waiting: the
-	// byte budget decides how many the pool takes. Under JOB's largest job
-	// (16 KiB payload plus headers), jobs come one at a time.
+	// byte budget decides how many the pool takes. A job larger than the
+	// budget still runs, alone.
 	for _, tt := range []struct {
 		name   string
 		budget int64
 		inHand int
 	}{
 		{"six fit", 100_000, 6},
-		{"under the largest job", 1_000, 1},
+		{"each larger than the budget", 1_000, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -1170,10 +1195,14 @@ func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {
 			for i := range 12 {
 				b.enqueue(t, "job.b", fmt.Sprintf("big-%d", i), strings.Repeat("b", 16_000))
 			}
+			before := b.inMsgs(t)
 			release := make(chan struct{})
 			c := newCounter()
 			b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-				<-release
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
 				return nil
 			}))
 			b.waitAckPending(t, tt.inHand)
@@ -1185,6 +1214,11 @@ func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {
 			b.waitDrained(t)
 			for i := range 12 {
 				c.wantOnce(t, fmt.Sprintf("big-%d", i))
+			}
+			// A pull the next job does not fit ends at once: the fetcher
+			// waits for room before the next one rather than spin.
+			if msgs := b.inMsgs(t) - before; msgs > 2000 {
+				t.Errorf("the server got %d messages for 12 jobs: the fetcher spins", msgs)
 			}
 		})
 	}
@@ -1217,5 +1251,29 @@ func TestPoolsKeepGoingAtMaxAckPending(t *testing.T) {
 	b.waitDrained(t)
 	for i := range 40 {
 		c.wantOnce(t, fmt.Sprintf("m-%d", i))
+	}
+}
+
+func TestPoolKeepsToWorkersPullLimits(t *testing.T) {
+	t.Parallel()
+	// WORKER limits one pull to 3 jobs and 10,000 bytes (set outside jobq,
+	// which Provision keeps): a pull over either would fail, so the pool's
+	// pulls stay under them, and every job runs once.
+	b := setup(t, queue.Config{Workers: 4, Prefetch: 20})
+	ctx := context.Background()
+	cfg := b.obj.Worker.CachedInfo().Config
+	cfg.MaxRequestBatch, cfg.MaxRequestMaxBytes = 3, 10_000
+	if _, err := b.js.UpdateConsumer(ctx, queue.StreamJob, cfg); err != nil {
+		t.Fatalf("limit WORKER's pulls: %v", err)
+	}
+	b2 := setupOn(t, b.srv, queue.Config{Workers: 4, Prefetch: 20})
+	for i := range 20 {
+		b2.enqueue(t, "job.lim", fmt.Sprintf("lim-%d", i), strings.Repeat("l", 1000))
+	}
+	c := newCounter()
+	b2.startPool(t, c.wrap(ok))
+	b2.waitDrained(t)
+	for i := range 20 {
+		c.wantOnce(t, fmt.Sprintf("lim-%d", i))
 	}
 }
