@@ -58,6 +58,8 @@ type Pool struct {
 	bytes  atomic.Int64  // payload bytes of the jobs the pool holds
 	// maxBatch and maxPullBytes are WORKER's limits on one pull, if it has
 	// any (MaxRequestBatch, MaxRequestMaxBytes): a pull over them fails.
+	// So would one that waits longer than MaxRequestExpires, which bounds
+	// cfg.FetchWait.
 	maxBatch     int
 	maxPullBytes int64
 	// bigAt: a pull came back early and empty, as when the next job does
@@ -85,6 +87,7 @@ type Pool struct {
 	holding     sync.WaitGroup // held re-driven jobs (see hold)
 	held        atomic.Int64   // how many
 	heldBytes   atomic.Int64   // their payload bytes
+	heldWake    chan struct{}  // a job became held (see fetch)
 	heldMu      sync.Mutex
 	heldKeys    map[string]int // their ledger keys
 	stopOnce    sync.Once
@@ -130,23 +133,27 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	var maxPullBytes int64
 	if info := obj.Worker.CachedInfo(); info != nil {
 		maxBatch, maxPullBytes = info.Config.MaxRequestBatch, int64(info.Config.MaxRequestMaxBytes)
+		if e := info.Config.MaxRequestExpires; e > 0 && e < cfg.FetchWait {
+			cfg.FetchWait = e
+		}
 	}
 	// The ledger's async writes get a JetStream context of their own whose
 	// futures time out, so waiting for one never hangs.
 	return &Pool{
-		obj:     obj,
-		cfg:     cfg,
-		ledger:  data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
-		handler: h,
-		log:     log.With().Str("component", "worker").Logger(),
-		tokens:  make(chan struct{}, capacity),
-		fetched: make(chan *inflight, capacity),
-		ahead:   make(chan struct{}, claimAhead(cfg.Workers)),
-		claims:  make(chan *inflight, capacity),
-		work:    make(chan *inflight, capacity),
-		dones:   make(chan *inflight, capacity),
-		beats:   &heartbeats{jobs: map[*inflight]struct{}{}},
-		bigAt:   -1,
+		obj:      obj,
+		cfg:      cfg,
+		ledger:   data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
+		handler:  h,
+		log:      log.With().Str("component", "worker").Logger(),
+		tokens:   make(chan struct{}, capacity),
+		fetched:  make(chan *inflight, capacity),
+		ahead:    make(chan struct{}, claimAhead(cfg.Workers)),
+		claims:   make(chan *inflight, capacity),
+		work:     make(chan *inflight, capacity),
+		dones:    make(chan *inflight, capacity),
+		beats:    &heartbeats{jobs: map[*inflight]struct{}{}},
+		bigAt:    -1,
+		heldWake: make(chan struct{}, 1),
 
 		maxBatch:     maxBatch,
 		maxPullBytes: maxPullBytes,
@@ -270,11 +277,14 @@ func (p *Pool) fetch(ctx context.Context) {
 		// While the jobs it holds leave no byte room, or no more than when
 		// the last pull found the next job too big for it (bigAt), wait for
 		// one to finish: every job gives back its bytes before its token.
+		// A job that becomes held makes room too, without a token: it
+		// wakes the fetcher through heldWake.
 		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens)-int(p.held.Load()) > 2*p.cfg.Workers ||
 			n < cap(p.tokens) && p.busyBytes() > 0 && (p.byteRoom() <= 0 || p.bigAt >= 0 && p.busyBytes() >= p.bigAt) {
 			select {
 			case <-p.tokens:
 				n++
+			case <-p.heldWake:
 			case <-ctx.Done():
 				for range n {
 					p.tokens <- struct{}{}
@@ -296,6 +306,13 @@ func (p *Pool) fetch(ctx context.Context) {
 			// A pool that holds no payload takes the next job whatever its
 			// size, alone.
 			want, budget, alone = 1, 0, true
+		}
+		if budget <= 0 && !alone {
+			// A hold ended since the wait above: no room after all.
+			for range n {
+				p.tokens <- struct{}{}
+			}
+			continue
 		}
 		if p.maxBatch > 0 {
 			want = min(want, p.maxBatch)
@@ -447,17 +464,23 @@ func (p *Pool) startClaim(it *inflight) {
 // shutdown hands it back first.
 func (p *Pool) hold(ctx context.Context, it *inflight, key string) {
 	defer p.holding.Done()
-	defer p.held.Add(-1)
-	defer p.heldBytes.Add(-it.size)
 	defer p.heldKey(key, -1)
+	// Counted as held until it goes on, before it can run or give back
+	// its room.
+	unhold := func() {
+		p.held.Add(-1)
+		p.heldBytes.Add(-it.size)
+	}
 	p.jobLog(it.job).Info().Dur("for", p.cfg.AckWait).Msg("re-driven job has no ledger record: held so that a running copy can claim it first")
 	t := time.NewTimer(p.cfg.AckWait)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		unhold()
 		p.startClaim(it)
 		p.claims <- it
 	case <-ctx.Done():
+		unhold()
 		p.beats.remove(it)
 		p.nak(it.msg, 0, *p.jobLog(it.job))
 		p.release(it)
@@ -498,6 +521,10 @@ func (p *Pool) markUnclaimed(batch []*inflight) {
 			it.held = true
 			p.held.Add(1) // until hold ends
 			p.heldBytes.Add(it.size)
+			select { // the fetcher may wait for room that this makes
+			case p.heldWake <- struct{}{}:
+			default:
+			}
 			p.heldKey(data.Key(it.job.ID), 1)
 		case p.held.Load() > 0 && p.isHeld(data.Key(it.job.ID)):
 			// A copy of a held job: claimed, so that the held one finds it.

@@ -2,11 +2,8 @@ package queue_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,18 +154,19 @@ func (b *testBundle) waitAckPending(t *testing.T, n int) {
 	})
 }
 
-// inMsgs is how many messages the server has received from clients.
-func (b *testBundle) inMsgs(t *testing.T) int64 {
+// countPulls counts the pull requests sent to WORKER from now on.
+func (b *testBundle) countPulls(t *testing.T) *atomic.Int64 {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	b.srv.MonitorHandlers()["/varz"](rec, httptest.NewRequest(http.MethodGet, "/varz", nil))
-	var varz struct {
-		InMsgs int64 `json:"in_msgs"`
+	var n atomic.Int64
+	sub, err := b.nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+queue.StreamJob+"."+queue.ConsumerWorker, func(*nats.Msg) { n.Add(1) })
+	if err == nil {
+		err = b.nc.Flush()
 	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &varz); err != nil {
-		t.Fatalf("read /varz: %v", err)
+	if err != nil {
+		t.Fatalf("watch pulls: %v", err)
 	}
-	return varz.InMsgs
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return &n
 }
 
 func (b *testBundle) waitDrained(t *testing.T) {
@@ -1155,7 +1153,7 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 	// Held jobs keep no worker busy and count for nothing in the byte
 	// budget: a fresh job is fetched and run while they wait, though they
 	// hold more payload than the budget.
-	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 5 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
+	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 15 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
 	fresh := make(chan struct{})
 	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		if job.ID == "fresh" {
@@ -1171,7 +1169,7 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 	b.enqueue(t, "job.h", "fresh", "x")
 	select {
 	case <-fresh:
-	case <-time.After(4 * time.Second): // less than the holds' 5s
+	case <-time.After(4 * time.Second): // well under the holds' 15s
 		t.Fatal("fresh job still waiting behind held jobs")
 	}
 }
@@ -1195,7 +1193,7 @@ func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {
 			for i := range 12 {
 				b.enqueue(t, "job.b", fmt.Sprintf("big-%d", i), strings.Repeat("b", 16_000))
 			}
-			before := b.inMsgs(t)
+			pulls := b.countPulls(t)
 			release := make(chan struct{})
 			c := newCounter()
 			b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
@@ -1217,8 +1215,8 @@ func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {
 			}
 			// A pull the next job does not fit ends at once: the fetcher
 			// waits for room before the next one rather than spin.
-			if msgs := b.inMsgs(t) - before; msgs > 2000 {
-				t.Errorf("the server got %d messages for 12 jobs: the fetcher spins", msgs)
+			if n := pulls.Load(); n > 100 {
+				t.Errorf("%d pulls for 12 jobs: the fetcher spins", n)
 			}
 		})
 	}
@@ -1256,13 +1254,14 @@ func TestPoolsKeepGoingAtMaxAckPending(t *testing.T) {
 
 func TestPoolKeepsToWorkersPullLimits(t *testing.T) {
 	t.Parallel()
-	// WORKER limits one pull to 3 jobs and 10,000 bytes (set outside jobq,
-	// which Provision keeps): a pull over either would fail, so the pool's
-	// pulls stay under them, and every job runs once.
+	// WORKER limits one pull to 3 jobs, 10,000 bytes and a 100ms wait, less
+	// than the pool's 200ms (set outside jobq, which Provision keeps): a
+	// pull over any would fail, so the pool's pulls stay under them, and
+	// every job runs once.
 	b := setup(t, queue.Config{Workers: 4, Prefetch: 20})
 	ctx := context.Background()
 	cfg := b.obj.Worker.CachedInfo().Config
-	cfg.MaxRequestBatch, cfg.MaxRequestMaxBytes = 3, 10_000
+	cfg.MaxRequestBatch, cfg.MaxRequestMaxBytes, cfg.MaxRequestExpires = 3, 10_000, 100*time.Millisecond
 	if _, err := b.js.UpdateConsumer(ctx, queue.StreamJob, cfg); err != nil {
 		t.Fatalf("limit WORKER's pulls: %v", err)
 	}
