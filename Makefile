@@ -5,6 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo none)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 NATS_CLI  := github.com/nats-io/natscli/nats@v0.5.0
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PREFIX    ?= /usr/local
 
 .DEFAULT_GOAL := help
@@ -52,9 +53,10 @@ footprint: build ## binary size, idle RSS, start-up time empty and with 1M pendi
 	./.ci/footprint.sh
 
 .PHONY: lint
-lint: ## gofmt, go vet
+lint: ## gofmt, go vet, staticcheck
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 .PHONY: tidy
 tidy: ## go mod tidy

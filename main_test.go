@@ -27,7 +27,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,7 +69,7 @@ func testMain(m *testing.M) int {
 	jobqBin = filepath.Join(dir, "jobq")
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	build := exec.Command(goTool, "build", "-race", "-o", jobqBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
