@@ -263,69 +263,20 @@ func (p *Pool) Stop(ctx context.Context) error {
 // as many payload bytes (PrefetchBytes), so that no job waits long in a
 // buffer while its ack wait runs and large payloads do not fill memory.
 func (p *Pool) fetch(ctx context.Context) {
-	for ctx.Err() == nil { // checked first: select picks at random among ready cases
-		select {
-		case <-p.tokens:
-		case <-ctx.Done():
+	for ctx.Err() == nil { // a pool with room would pull on after Stop otherwise
+		n, ok := p.takeRoom(ctx)
+		if !ok {
 			return
 		}
-		n := 1
-		// While the pool holds enough jobs to keep its workers busy, wait
-		// for room for half of it, so that pulls are few and large. Held
-		// jobs (see hold) keep no worker busy.
-		//
-		// While the jobs it holds leave no byte room, or no more than when
-		// the last pull found the next job too big for it (bigAt), wait for
-		// one to finish: every job gives back its bytes before its token.
-		// A job that becomes held makes room too, without a token: it
-		// wakes the fetcher through heldWake.
-		for n < cap(p.tokens)/2 && cap(p.tokens)-n-len(p.tokens)-int(p.held.Load()) > 2*p.cfg.Workers ||
-			n < cap(p.tokens) && p.busyBytes() > 0 && (p.byteRoom() <= 0 || p.bigAt >= 0 && p.busyBytes() >= p.bigAt) {
-			select {
-			case <-p.tokens:
-				n++
-			case <-p.heldWake:
-			case <-ctx.Done():
-				for range n {
-					p.tokens <- struct{}{}
-				}
-				return
-			}
-		}
-	more:
-		for n < cap(p.tokens) {
-			select {
-			case <-p.tokens:
-				n++
-			default:
-				break more
-			}
-		}
-		want, budget, alone := n, p.byteRoom(), false
-		if busy := p.busyBytes(); busy == 0 && (budget <= 0 || p.bigAt >= 0) {
-			// A pool that holds no payload takes the next job whatever its
-			// size, alone.
-			want, budget, alone = 1, 0, true
-		}
-		if budget <= 0 && !alone {
-			// A hold ended since the wait above: no room after all.
-			for range n {
-				p.tokens <- struct{}{}
-			}
+		want, budget, alone := p.pullSize(n)
+		if want == 0 {
+			p.giveBack(n) // a hold ended since takeRoom: no byte room after all
 			continue
-		}
-		if p.maxBatch > 0 {
-			want = min(want, p.maxBatch)
-		}
-		if p.maxPullBytes > 0 && (budget <= 0 || budget > p.maxPullBytes) {
-			budget = p.maxPullBytes
 		}
 		p.bigAt = -1
 		busy, start := p.busyBytes(), time.Now()
 		got, err := p.fetchBatch(ctx, want, budget)
-		for range n - got {
-			p.tokens <- struct{}{}
-		}
+		p.giveBack(n - got)
 		if got > 0 || time.Since(start) >= p.cfg.FetchWait/2 {
 			continue
 		}
@@ -345,6 +296,85 @@ func (p *Pool) fetch(ctx context.Context) {
 		case <-time.After(p.cfg.FetchWait):
 		case <-ctx.Done():
 		}
+	}
+}
+
+// takeRoom waits until the pool has room for a pull (see shortOfRoom) and
+// takes it: it returns how many tokens it took, or false once ctx ends.
+func (p *Pool) takeRoom(ctx context.Context) (int, bool) {
+	select {
+	case <-p.tokens:
+	case <-ctx.Done():
+		return 0, false
+	}
+	n := 1
+	for p.shortOfRoom(n) {
+		select {
+		case <-p.tokens:
+			n++
+		case <-p.heldWake:
+		case <-ctx.Done():
+			p.giveBack(n)
+			return 0, false
+		}
+	}
+	for n < cap(p.tokens) {
+		select {
+		case <-p.tokens:
+			n++
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+// shortOfRoom reports whether the fetcher, holding n tokens, waits for more
+// room before it pulls.
+//
+// While the pool holds enough jobs to keep its workers busy, it waits for
+// room for half of itself, so that pulls are few and large. Held jobs (see
+// hold) keep no worker busy.
+//
+// While the jobs it holds leave no byte room, or no more than when the last
+// pull found the next job too big for it (bigAt), it waits for one to
+// finish: every job gives back its bytes before its token. A job that
+// becomes held makes room too, without a token: it sends heldWake.
+func (p *Pool) shortOfRoom(n int) bool {
+	busyJobs := cap(p.tokens) - n - len(p.tokens) - int(p.held.Load())
+	if n < cap(p.tokens)/2 && busyJobs > 2*p.cfg.Workers {
+		return true
+	}
+	busy := p.busyBytes()
+	return n < cap(p.tokens) && busy > 0 && (p.byteRoom() <= 0 || p.bigAt >= 0 && busy >= p.bigAt)
+}
+
+// pullSize is what the next pull, with n tokens, asks for: up to want jobs
+// of up to budget bytes in all (0: any size), alone if it takes one job
+// whatever its size. want is 0 if there is no byte room.
+func (p *Pool) pullSize(n int) (want int, budget int64, alone bool) {
+	want, budget = n, p.byteRoom()
+	switch {
+	case p.busyBytes() == 0 && (budget <= 0 || p.bigAt >= 0):
+		// A pool that holds no payload takes the next job whatever its
+		// size, alone.
+		want, budget, alone = 1, 0, true
+	case budget <= 0:
+		return 0, 0, false
+	}
+	if p.maxBatch > 0 {
+		want = min(want, p.maxBatch)
+	}
+	if p.maxPullBytes > 0 && (budget <= 0 || budget > p.maxPullBytes) {
+		budget = p.maxPullBytes
+	}
+	return want, budget, alone
+}
+
+// giveBack returns n tokens the fetcher took and did not use.
+func (p *Pool) giveBack(n int) {
+	for range n {
+		p.tokens <- struct{}{}
 	}
 }
 
