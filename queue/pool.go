@@ -59,9 +59,11 @@ type Pool struct {
 	// maxBatch and maxPullBytes are WORKER's limits on one pull, if it has
 	// any (MaxRequestBatch, MaxRequestMaxBytes): a pull over them fails.
 	// So would one that waits longer than MaxRequestExpires, which bounds
-	// cfg.FetchWait.
+	// fetchWait, the pull's wait (cfg.FetchWait otherwise). Used by fetch
+	// only; see keepPullLimits.
 	maxBatch     int
 	maxPullBytes int64
+	fetchWait    time.Duration
 	// bigAt: a pull came back early and empty, as when the next job does
 	// not fit the byte room, while the pool held bigAt bytes; the next pull
 	// waits for fewer. -1: none. Used by fetch only.
@@ -129,34 +131,39 @@ type inflight struct {
 func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	cfg := obj.Config
 	capacity := cfg.Workers + cfg.Prefetch
-	var maxBatch int
-	var maxPullBytes int64
-	if info := obj.Worker.CachedInfo(); info != nil {
-		maxBatch, maxPullBytes = info.Config.MaxRequestBatch, int64(info.Config.MaxRequestMaxBytes)
-		if e := info.Config.MaxRequestExpires; e > 0 && e < cfg.FetchWait {
-			cfg.FetchWait = e
-		}
-	}
 	// The ledger's async writes get a JetStream context of their own whose
 	// futures time out, so waiting for one never hangs.
-	return &Pool{
-		obj:      obj,
-		cfg:      cfg,
-		ledger:   data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
-		handler:  h,
-		log:      log.With().Str("component", "worker").Logger(),
-		tokens:   make(chan struct{}, capacity),
-		fetched:  make(chan *inflight, capacity),
-		ahead:    make(chan struct{}, claimAhead(cfg.Workers)),
-		claims:   make(chan *inflight, capacity),
-		work:     make(chan *inflight, capacity),
-		dones:    make(chan *inflight, capacity),
-		beats:    &heartbeats{jobs: map[*inflight]struct{}{}},
-		bigAt:    -1,
-		heldWake: make(chan struct{}, 1),
+	p := &Pool{
+		obj:       obj,
+		cfg:       cfg,
+		ledger:    data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
+		handler:   h,
+		log:       log.With().Str("component", "worker").Logger(),
+		tokens:    make(chan struct{}, capacity),
+		fetched:   make(chan *inflight, capacity),
+		ahead:     make(chan struct{}, claimAhead(cfg.Workers)),
+		claims:    make(chan *inflight, capacity),
+		work:      make(chan *inflight, capacity),
+		dones:     make(chan *inflight, capacity),
+		beats:     &heartbeats{jobs: map[*inflight]struct{}{}},
+		bigAt:     -1,
+		heldWake:  make(chan struct{}, 1),
+		fetchWait: cfg.FetchWait,
+	}
+	if info := obj.Worker.CachedInfo(); info != nil {
+		p.keepPullLimits(info.Config)
+	}
+	return p
+}
 
-		maxBatch:     maxBatch,
-		maxPullBytes: maxPullBytes,
+// keepPullLimits makes the fetcher's pulls keep to WORKER's limits on one
+// pull, if it has any: a pull over them fails. Used by fetch only, once
+// started.
+func (p *Pool) keepPullLimits(c jetstream.ConsumerConfig) {
+	p.maxBatch, p.maxPullBytes = c.MaxRequestBatch, int64(c.MaxRequestMaxBytes)
+	p.fetchWait = p.cfg.FetchWait
+	if c.MaxRequestExpires > 0 && c.MaxRequestExpires < p.fetchWait {
+		p.fetchWait = c.MaxRequestExpires
 	}
 }
 
@@ -277,7 +284,7 @@ func (p *Pool) fetch(ctx context.Context) {
 		busy, start := p.busyBytes(), time.Now()
 		got, err := p.fetchBatch(ctx, want, budget)
 		p.giveBack(n - got)
-		if got > 0 || time.Since(start) >= p.cfg.FetchWait/2 {
+		if got > 0 || time.Since(start) >= p.fetchWait/2 {
 			continue
 		}
 		// The pull ended early with no job. Without an error, the server
@@ -291,9 +298,16 @@ func (p *Pool) fetch(ctx context.Context) {
 			continue
 		case err == nil && budget > 0:
 			p.log.Warn().Int64("max_request_max_bytes", p.maxPullBytes).Msg("the next job is larger than WORKER's limit on one pull; raise it with nats consumer edit")
+		case err != nil:
+			// WORKER's limits may have changed since the pool started.
+			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+			if info, ierr := p.obj.Worker.Info(opCtx); ierr == nil {
+				p.keepPullLimits(info.Config)
+			}
+			cancel()
 		}
 		select {
-		case <-time.After(p.cfg.FetchWait):
+		case <-time.After(p.fetchWait):
 		case <-ctx.Done():
 		}
 	}
@@ -389,7 +403,7 @@ func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.busyBytes() }
 // admits each. It returns how many it got and why the pull ended early, if
 // it did for a reason other than its wait running out.
 func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, error) {
-	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(p.cfg.FetchWait)}
+	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(p.fetchWait)}
 	if maxBytes > 0 {
 		opts = append(opts, jetstream.FetchMaxBytes(int(min(maxBytes, 1<<30))))
 	}

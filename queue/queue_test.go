@@ -1257,22 +1257,36 @@ func TestPoolKeepsToWorkersPullLimits(t *testing.T) {
 	// WORKER limits one pull to 3 jobs, 10,000 bytes and a 100ms wait, less
 	// than the pool's 200ms (set outside jobq, which Provision keeps): a
 	// pull over any would fail, so the pool's pulls stay under them, and
-	// every job runs once.
-	b := setup(t, queue.Config{Workers: 4, Prefetch: 20})
-	ctx := context.Background()
-	cfg := b.obj.Worker.CachedInfo().Config
-	cfg.MaxRequestBatch, cfg.MaxRequestMaxBytes, cfg.MaxRequestExpires = 3, 10_000, 100*time.Millisecond
-	if _, err := b.js.UpdateConsumer(ctx, queue.StreamJob, cfg); err != nil {
-		t.Fatalf("limit WORKER's pulls: %v", err)
-	}
-	b2 := setupOn(t, b.srv, queue.Config{Workers: 4, Prefetch: 20})
-	for i := range 20 {
-		b2.enqueue(t, "job.lim", fmt.Sprintf("lim-%d", i), strings.Repeat("l", 1000))
-	}
-	c := newCounter()
-	b2.startPool(t, c.wrap(ok))
-	b2.waitDrained(t)
-	for i := range 20 {
-		c.wantOnce(t, fmt.Sprintf("lim-%d", i))
+	// every job runs once. Limits set while the pool runs are read after
+	// the first pull that fails.
+	for _, whileRunning := range []bool{false, true} {
+		t.Run(fmt.Sprintf("set while running %v", whileRunning), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{Workers: 4, Prefetch: 20})
+			limit := func() {
+				t.Helper()
+				cfg := b.obj.Worker.CachedInfo().Config
+				cfg.MaxRequestBatch, cfg.MaxRequestMaxBytes, cfg.MaxRequestExpires = 3, 10_000, 100*time.Millisecond
+				if _, err := b.js.UpdateConsumer(context.Background(), queue.StreamJob, cfg); err != nil {
+					t.Fatalf("limit WORKER's pulls: %v", err)
+				}
+			}
+			c := newCounter()
+			if whileRunning {
+				b.startPool(t, c.wrap(ok))
+				limit()
+			} else {
+				limit()
+				b = setupOn(t, b.srv, queue.Config{Workers: 4, Prefetch: 20}) // reads them
+				b.startPool(t, c.wrap(ok))
+			}
+			for i := range 20 {
+				b.enqueue(t, "job.lim", fmt.Sprintf("lim-%d", i), strings.Repeat("l", 1000))
+			}
+			b.waitDrained(t)
+			for i := range 20 {
+				c.wantOnce(t, fmt.Sprintf("lim-%d", i))
+			}
+		})
 	}
 }
