@@ -154,6 +154,48 @@ func (b *testBundle) waitAckPending(t *testing.T, n int) {
 	})
 }
 
+// editJobs changes JOB's configuration in place, as nats stream edit does.
+func (b *testBundle) editJobs(t *testing.T, edit func(*jetstream.StreamConfig)) {
+	t.Helper()
+	info, err := b.obj.Jobs.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	edit(&cfg)
+	if _, err := b.js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatalf("edit %s: %v", queue.StreamJob, err)
+	}
+}
+
+// editWorker changes WORKER's configuration in place, as nats consumer edit
+// does.
+func (b *testBundle) editWorker(t *testing.T, edit func(*jetstream.ConsumerConfig)) {
+	t.Helper()
+	info, err := b.obj.Worker.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	edit(&cfg)
+	if _, err := b.js.UpdateConsumer(context.Background(), queue.StreamJob, cfg); err != nil {
+		t.Fatalf("edit %s: %v", queue.ConsumerWorker, err)
+	}
+}
+
+// wantRunOnce starts a pool whose jobs take 300ms, waits until JOB is
+// drained and checks that job id ran once, never beside itself.
+func (b *testBundle) wantRunOnce(t *testing.T, id string) {
+	t.Helper()
+	c := newCounter()
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}))
+	b.waitDrained(t)
+	c.wantOnce(t, id)
+}
+
 // countPulls counts the pull requests sent to WORKER from now on.
 func (b *testBundle) countPulls(t *testing.T) *atomic.Int64 {
 	t.Helper()
@@ -1115,13 +1157,7 @@ func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
 	if info.Config.Metadata[queue.MetaDedupeRaisedAt] == "" {
 		t.Fatalf("JOB metadata %v: want %s set", info.Config.Metadata, queue.MetaDedupeRaisedAt)
 	}
-	c := newCounter()
-	b2.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-		time.Sleep(300 * time.Millisecond)
-		return nil
-	}))
-	b2.waitDrained(t)
-	c.wantOnce(t, "dup-1")
+	b2.wantRunOnce(t, "dup-1")
 }
 
 func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
@@ -1133,19 +1169,8 @@ func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
 	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 2 * time.Second, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-2", "a")
 	b.republishAfterWindow(t, "job.d", "dup-2", "b")
-	ctx := context.Background()
-	cfg := b.obj.Jobs.CachedInfo().Config
-	cfg.Duplicates = time.Hour
-	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("lengthen JOB's dedupe window: %v", err)
-	}
-	c := newCounter()
-	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-		time.Sleep(300 * time.Millisecond)
-		return nil
-	}))
-	b.waitDrained(t)
-	c.wantOnce(t, "dup-2")
+	b.editJobs(t, func(c *jetstream.StreamConfig) { c.Duplicates = time.Hour })
+	b.wantRunOnce(t, "dup-2")
 }
 
 func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
@@ -1229,12 +1254,7 @@ func TestPoolsKeepGoingAtMaxAckPending(t *testing.T) {
 	// pulls wait at the limit rather than stall or fail, and every job
 	// runs once.
 	b := setup(t, queue.Config{Workers: 2, Prefetch: 8, AckWait: 2 * time.Second})
-	ctx := context.Background()
-	cfg := b.obj.Worker.CachedInfo().Config
-	cfg.MaxAckPending = 5
-	if _, err := b.js.UpdateConsumer(ctx, queue.StreamJob, cfg); err != nil {
-		t.Fatalf("lower max ack pending: %v", err)
-	}
+	b.editWorker(t, func(c *jetstream.ConsumerConfig) { c.MaxAckPending = 5 })
 	c := newCounter()
 	h := c.wrap(func(ctx context.Context, job *data.Job) error {
 		time.Sleep(50 * time.Millisecond)
@@ -1264,12 +1284,9 @@ func TestPoolKeepsToWorkersPullLimits(t *testing.T) {
 			t.Parallel()
 			b := setup(t, queue.Config{Workers: 4, Prefetch: 20})
 			limit := func() {
-				t.Helper()
-				cfg := b.obj.Worker.CachedInfo().Config
-				cfg.MaxRequestBatch, cfg.MaxRequestMaxBytes, cfg.MaxRequestExpires = 3, 10_000, 100*time.Millisecond
-				if _, err := b.js.UpdateConsumer(context.Background(), queue.StreamJob, cfg); err != nil {
-					t.Fatalf("limit WORKER's pulls: %v", err)
-				}
+				b.editWorker(t, func(c *jetstream.ConsumerConfig) {
+					c.MaxRequestBatch, c.MaxRequestMaxBytes, c.MaxRequestExpires = 3, 10_000, 100*time.Millisecond
+				})
 			}
 			c := newCounter()
 			if whileRunning {
