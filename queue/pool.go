@@ -392,9 +392,13 @@ func (p *Pool) giveBack(n int) {
 	}
 }
 
-// busyBytes is the payload the pool holds, but for held jobs (see hold),
-// which count as little here as they do for the workers.
-func (p *Pool) busyBytes() int64 { return p.bytes.Load() - p.heldBytes.Load() }
+// busyBytes is the payload the pool holds, but for held jobs (see hold):
+// they keep no worker busy and may not hold up fresh jobs, so they have
+// an allowance of PrefetchBytes of their own. Held jobs beyond it count,
+// so the pool never holds more than twice PrefetchBytes.
+func (p *Pool) busyBytes() int64 {
+	return p.bytes.Load() - min(p.heldBytes.Load(), p.cfg.PrefetchBytes)
+}
 
 // byteRoom is how many more payload bytes the pool may hold.
 func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.busyBytes() }

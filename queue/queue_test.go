@@ -1175,10 +1175,10 @@ func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
 
 func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 	t.Parallel()
-	// Held jobs keep no worker busy and count for nothing in the byte
-	// budget: a fresh job is fetched and run while they wait, though they
-	// hold more payload than the budget.
-	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 15 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
+	// Held jobs keep no worker busy and have a byte allowance of their own:
+	// a fresh job is fetched and run while they wait, though they hold as
+	// much payload as the whole budget.
+	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 15 * time.Second, PrefetchBytes: 96_000, MaxPayload: 16 << 10})
 	fresh := make(chan struct{})
 	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		if job.ID == "fresh" {
@@ -1186,16 +1186,44 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 		}
 		return nil
 	}))
-	for i := range 12 {
+	for i := range 6 {
 		b.publishCopyOf(t, "job.h", fmt.Sprintf("redrive-%d", i), fmt.Sprintf("gone-%d", i), make([]byte, 16_000))
 	}
-	b.waitAckPending(t, 12)
+	b.waitAckPending(t, 6)
 	time.Sleep(500 * time.Millisecond) // the pull that fetched them has ended
 	b.enqueue(t, "job.h", "fresh", "x")
 	select {
 	case <-fresh:
 	case <-time.After(4 * time.Second): // well under the holds' 15s
 		t.Fatal("fresh job still waiting behind held jobs")
+	}
+}
+
+func TestPrefetchBytesBoundsHeldJobs(t *testing.T) {
+	t.Parallel()
+	// Held jobs' allowance is the budget again, no more: of twelve held
+	// copies of 16,000 bytes against a 50,000-byte budget the pool takes
+	// six (three per pull), then waits for the holds to end. Every job
+	// then runs once.
+	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 4 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
+	c := newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error { return nil }))
+	for i := range 12 {
+		b.publishCopyOf(t, "job.h", fmt.Sprintf("redrive-%d", i), fmt.Sprintf("gone-%d", i), make([]byte, 16_000))
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if got := b.status(t).Consumer.AckPending; got < 6 {
+			return fmt.Errorf("WORKER has %d jobs ack pending, want 6", got)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // several pulls' waits, well under the 4s holds
+	if got := b.status(t).Consumer.AckPending; got != 6 {
+		t.Errorf("pool holds %d held jobs of 16,000 bytes against a 50,000-byte budget, want 6", got)
+	}
+	b.waitDrained(t)
+	for i := range 12 {
+		c.wantOnce(t, fmt.Sprintf("gone-%d", i))
 	}
 }
 
