@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -58,13 +59,56 @@ func TestCLIBench(t *testing.T) {
 		}
 	}
 
-	r = jobq(t, "bench", "--jobs", "200", "--workers", "2", "--dir", dir)
+	r = jobq(t, "bench", "--jobs", "200", "--workers", "2", "--dir", dir, "--runs", "3")
 	if r.code != 0 {
 		t.Fatalf("bench: %s", r)
 	}
-	for _, want := range []string{"baseline  ledger  ratio  no ledger  ratio", "process jobs/s", "end-to-end jobs/s", "lost 0, duplicated 0 (ledger)"} {
+	for _, want := range []string{"; the median of 3 runs", "baseline  ledger  ratio  no ledger  ratio", "process jobs/s", "end-to-end jobs/s", "run 3: ratios ledger process", "lost 0, duplicated 0 (ledger)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench table: want %q in\n%s", want, r.stdout)
 		}
+	}
+}
+
+func TestCLIBenchRunsTakesTheMedian(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := jobq(t, "bench", "--jobs", "200", "--workers", "2", "--dir", dir, "--runs", "2", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench --runs 2: %s", r)
+	}
+	type ratio struct {
+		LedgerProcess float64 `json:"ledger_process"`
+	}
+	var rep struct {
+		Baseline struct {
+			Process float64 `json:"process_per_s"`
+		} `json:"baseline"`
+		Ratio ratio `json:"ratio"`
+		Runs  []struct {
+			Baseline struct {
+				Process float64 `json:"process_per_s"`
+			} `json:"baseline"`
+			Ratio ratio `json:"ratio"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	if len(rep.Runs) != 2 {
+		t.Fatalf("got %d runs, want 2", len(rep.Runs))
+	}
+	near := func(a, b float64) bool { return a > 0 && a/b > 0.999 && a/b < 1.001 }
+	if want := (rep.Runs[0].Baseline.Process + rep.Runs[1].Baseline.Process) / 2; !near(rep.Baseline.Process, want) {
+		t.Errorf("baseline process_per_s: got %v, want the median of the runs, %v", rep.Baseline.Process, want)
+	}
+	if want := (rep.Runs[0].Ratio.LedgerProcess + rep.Runs[1].Ratio.LedgerProcess) / 2; !near(rep.Ratio.LedgerProcess, want) {
+		t.Errorf("ratio.ledger_process: got %v, want the median of the runs' ratios, %v", rep.Ratio.LedgerProcess, want)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("bench left %d entries in --dir (%v), want none", len(entries), err)
+	}
+	if r := jobq(t, "bench", "--runs", "0", "--dir", dir); r.code != 2 || !strings.Contains(r.stderr, "--runs") {
+		t.Errorf("bench --runs 0: got %s, want exit 2 naming --runs", r)
 	}
 }

@@ -86,6 +86,67 @@ type BenchReport struct {
 	Ledger   BenchResult `json:"ledger"`
 	NoLedger BenchResult `json:"no_ledger"`
 	Ratio    BenchRatio  `json:"ratio"`
+	// Runs holds each run's own report when BenchMedian made this one
+	// from more than one.
+	Runs []BenchReport `json:"runs,omitempty"`
+}
+
+// BenchMedian reduces several runs' reports to one: every figure and every
+// ratio is the median over the runs, each ratio taken within its own run
+// against that run's baseline; lost and duplicated jobs add up. The runs
+// are kept in Runs.
+func BenchMedian(runs []BenchReport) BenchReport {
+	if len(runs) == 0 {
+		return BenchReport{}
+	}
+	out := runs[0]
+	out.Runs = nil
+	if len(runs) == 1 {
+		return out
+	}
+	out.Runs = runs
+	fields := out.figures()
+	vals := make([]float64, len(runs))
+	for i, f := range fields {
+		for j := range runs {
+			vals[j] = *runs[j].figures()[i]
+		}
+		*f = median(vals)
+	}
+	for i, m := range out.modes() {
+		m.Lost, m.Duplicates = 0, 0
+		for j := range runs {
+			m.Lost += runs[j].modes()[i].Lost
+			m.Duplicates += runs[j].modes()[i].Duplicates
+		}
+	}
+	return out
+}
+
+// modes lists r's three modes.
+func (r *BenchReport) modes() []*BenchResult {
+	return []*BenchResult{&r.Baseline, &r.Ledger, &r.NoLedger}
+}
+
+// figures lists every measured figure of r, modes and ratios.
+func (r *BenchReport) figures() []*float64 {
+	var fs []*float64
+	for _, m := range r.modes() {
+		fs = append(fs, &m.EnqueueSyncPerS, &m.EnqueueAsyncPerS, &m.ProcessPerS, &m.E2EPerS,
+			&m.LatencyP50Ms, &m.LatencyP99Ms, &m.LatencyMaxMs, &m.SaturatedP50Ms, &m.SaturatedP99Ms, &m.PeakRSSMB)
+	}
+	return append(fs, &r.Ratio.LedgerProcess, &r.Ratio.LedgerE2E, &r.Ratio.NoLedgerProcess, &r.Ratio.NoLedgerE2E)
+}
+
+// median of vs, which it sorts: the middle value, or the mean of the two
+// middle ones.
+func median(vs []float64) float64 {
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
 }
 
 // ErrBenchLoss is returned by Bench when a mode lost or duplicated jobs.

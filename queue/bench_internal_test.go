@@ -44,3 +44,32 @@ func TestBenchCountsTimeEachJobsFirstHandling(t *testing.T) {
 		t.Errorf("latencies: got p50 %.0f ms, p99 %.0f ms, max %.0f ms; want about 2000, 3000, 3000", p50, p99, maxMs)
 	}
 }
+
+func TestBenchMedianTakesEachFiguresMedianAndAddsUpLosses(t *testing.T) {
+	run := func(base, ledger float64, lost int) BenchReport {
+		r := BenchReport{Jobs: 10}
+		r.Baseline.ProcessPerS, r.Ledger.ProcessPerS = base, ledger
+		r.Ledger.Lost = lost
+		r.Ratio.LedgerProcess = ledger / base
+		return r
+	}
+	runs := []BenchReport{run(100, 50, 0), run(200, 60, 2), run(50, 40, 1)}
+	got := BenchMedian(runs)
+	if got.Baseline.ProcessPerS != 100 || got.Ledger.ProcessPerS != 50 {
+		t.Errorf("process: got baseline %v, ledger %v; want the medians 100 and 50", got.Baseline.ProcessPerS, got.Ledger.ProcessPerS)
+	}
+	// Each ratio is the median of the runs' own ratios (0.5, 0.3, 0.8),
+	// not the ratio of the medians.
+	if got.Ratio.LedgerProcess != 0.5 {
+		t.Errorf("ratio.ledger_process: got %v, want 0.5", got.Ratio.LedgerProcess)
+	}
+	if got.Ledger.Lost != 3 || len(got.Runs) != 3 || got.Jobs != 10 {
+		t.Errorf("got lost %d, %d runs, jobs %d; want 3, 3 and 10", got.Ledger.Lost, len(got.Runs), got.Jobs)
+	}
+	if two := BenchMedian(runs[:2]); two.Baseline.ProcessPerS != 150 {
+		t.Errorf("median of two: got %v, want their mean 150", two.Baseline.ProcessPerS)
+	}
+	if one := BenchMedian(runs[:1]); one.Runs != nil || one.Ledger.Lost != 0 || one.Baseline.ProcessPerS != 100 {
+		t.Errorf("one run: got %+v, want it as it is, without runs", one)
+	}
+}
