@@ -403,33 +403,6 @@ func (p *Pool) busyBytes() int64 {
 // byteRoom is how many more payload bytes the pool may hold.
 func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.busyBytes() }
 
-// fetchBatch pulls up to n jobs, of at most maxBytes in all (0: any), and
-// admits each. It returns how many it got and why the pull ended early, if
-// it did for a reason other than its wait running out.
-func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, error) {
-	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(p.fetchWait)}
-	if maxBytes > 0 {
-		opts = append(opts, jetstream.FetchMaxBytes(int(min(maxBytes, 1<<30))))
-	}
-	batch, err := p.obj.Worker.Fetch(n, opts...)
-	if err != nil {
-		p.log.Warn().Err(err).Msg("fetch jobs")
-		return 0, err
-	}
-	got := 0
-	// A batch that was requested is read to its end, even while stopping:
-	// its jobs are delivered to us and would otherwise wait for the ack wait.
-	for msg := range batch.Messages() {
-		got++
-		p.admit(msg)
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) {
-		p.log.Warn().Err(err).Msg("fetch jobs")
-		return got, err
-	}
-	return got, nil
-}
-
 // admit starts a fetched job's claim and queues it.
 func (p *Pool) admit(msg jetstream.Msg) {
 	job, err := decodeJob(msg)

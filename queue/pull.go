@@ -1,0 +1,177 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// pullSubject is where pull requests for WORKER go.
+const pullSubject = "$JS.API.CONSUMER.MSG.NEXT." + StreamJob + "." + ConsumerWorker
+
+// pullRequest is the body of one pull request: up to Batch jobs of up to
+// MaxBytes in all (0: any), waiting up to Expires nanoseconds for them.
+type pullRequest struct {
+	Batch    int   `json:"batch"`
+	Expires  int64 `json:"expires"`
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// errPullRefused is a pull the server ended for a reason other than its
+// wait or its byte budget running out, such as WORKER's limits on a pull.
+var errPullRefused = errors.New("pull refused by the server")
+
+// fetchBatch pulls up to n jobs, of at most maxBytes in all (0: any), and
+// admits each. It returns how many it got and why the pull ended early, if
+// it did for a reason other than its wait running out.
+//
+// The pull is jobq's own rather than nats.go's Fetch: the pull's
+// subscription admits each job on the goroutine that delivers it, with no
+// hand-off to a goroutine of Fetch's and no timer per message between. A
+// pull that was requested is read to its end, even while stopping: its
+// jobs are delivered to us and would otherwise wait for the ack wait.
+func (p *Pool) fetchBatch(_ context.Context, n int, maxBytes int64) (int, error) {
+	nc := p.obj.JS.Conn()
+	pl := &pull{admit: p.admit, n: n, maxBytes: maxBytes, done: make(chan struct{})}
+	inbox := nc.NewInbox()
+	sub, err := nc.Subscribe(inbox, pl.receive)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("fetch jobs")
+		return 0, err
+	}
+	defer sub.Unsubscribe()
+	body, err := json.Marshal(pullRequest{Batch: n, Expires: int64(p.fetchWait), MaxBytes: maxBytes})
+	if err == nil {
+		err = nc.PublishRequest(pullSubject, inbox, body)
+	}
+	if err != nil {
+		p.log.Warn().Err(err).Msg("fetch jobs")
+		return 0, err
+	}
+	// The server ends the pull when its wait runs out; a second more covers
+	// a server that went away meanwhile.
+	t := time.NewTimer(p.fetchWait + time.Second)
+	defer t.Stop()
+	select {
+	case <-pl.done:
+	case <-t.C:
+		pl.end(nil)
+	}
+	got, err := pl.result()
+	if err != nil {
+		p.log.Warn().Err(err).Msg("fetch jobs")
+	}
+	return got, err
+}
+
+// pull is one pull request on its own subscription.
+type pull struct {
+	admit    func(jetstream.Msg)
+	n        int
+	maxBytes int64
+
+	mu    sync.Mutex
+	got   int
+	bytes int64 // as the server counts them for max_bytes
+	ended bool
+	err   error
+	done  chan struct{} // closed when the pull ends
+}
+
+// receive takes one message of the pull: a job, or the server's word that
+// the pull ended. Jobs that arrive after the end (the pull's timer ran out
+// first) are left for redelivery.
+func (pl *pull) receive(m *nats.Msg) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.ended {
+		return
+	}
+	if code := m.Header.Get("Status"); code != "" && len(m.Data) == 0 {
+		switch desc := m.Header.Get("Description"); {
+		case code == "100": // idle heartbeat
+		case code == "404" || code == "408": // no jobs, or the wait ran out
+			pl.endLocked(nil)
+		case code == "409" && desc == "Message Size Exceeds MaxBytes":
+			pl.endLocked(nil) // the next job does not fit; see fetch
+		default:
+			pl.endLocked(fmt.Errorf("%w: %s %s", errPullRefused, code, desc))
+		}
+		return
+	}
+	pl.got++
+	pl.bytes += int64(m.Size())
+	pl.admit(newJobMsg(m))
+	// The server ends the pull silently once its batch or its bytes are
+	// used up.
+	if pl.got >= pl.n || pl.maxBytes > 0 && pl.bytes >= pl.maxBytes {
+		pl.endLocked(nil)
+	}
+}
+
+func (pl *pull) end(err error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.endLocked(err)
+}
+
+func (pl *pull) endLocked(err error) {
+	if !pl.ended {
+		pl.ended, pl.err = true, err
+		close(pl.done)
+	}
+}
+
+func (pl *pull) result() (int, error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.got, pl.err
+}
+
+// jobMsg is a delivered job as a jetstream.Msg, with its metadata (from
+// the ack subject) read once.
+type jobMsg struct {
+	msg  *nats.Msg
+	meta *jetstream.MsgMetadata
+	err  error
+}
+
+func newJobMsg(m *nats.Msg) *jobMsg {
+	jm := &jobMsg{msg: m}
+	meta, err := m.Metadata()
+	if err != nil {
+		jm.err = fmt.Errorf("%w: %w", jetstream.ErrNotJSMessage, err)
+		return jm
+	}
+	jm.meta = &jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Stream: meta.Sequence.Stream, Consumer: meta.Sequence.Consumer},
+		NumDelivered: meta.NumDelivered,
+		NumPending:   meta.NumPending,
+		Timestamp:    meta.Timestamp,
+		Stream:       meta.Stream,
+		Consumer:     meta.Consumer,
+		Domain:       meta.Domain,
+	}
+	return jm
+}
+
+func (m *jobMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.meta, m.err }
+func (m *jobMsg) Data() []byte                              { return m.msg.Data }
+func (m *jobMsg) Headers() nats.Header                      { return m.msg.Header }
+func (m *jobMsg) Subject() string                           { return m.msg.Subject }
+func (m *jobMsg) Reply() string                             { return m.msg.Reply }
+func (m *jobMsg) Ack() error                                { return m.msg.Ack() }
+func (m *jobMsg) DoubleAck(ctx context.Context) error       { return m.msg.AckSync(nats.Context(ctx)) }
+func (m *jobMsg) Nak() error                                { return m.msg.Nak() }
+func (m *jobMsg) NakWithDelay(d time.Duration) error        { return m.msg.NakWithDelay(d) }
+func (m *jobMsg) InProgress() error                         { return m.msg.InProgress() }
+func (m *jobMsg) Term() error                               { return m.msg.Term() }
+func (m *jobMsg) TermWithReason(reason string) error {
+	return m.msg.Respond([]byte("+TERM " + reason))
+}
