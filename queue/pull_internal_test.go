@@ -1,0 +1,62 @@
+package queue
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestPullEndsOnTheServersWord(t *testing.T) {
+	status := func(code, desc string) *nats.Msg {
+		return &nats.Msg{Header: nats.Header{"Status": {code}, "Description": {desc}}}
+	}
+	job := &nats.Msg{Subject: "job.x", Data: []byte("0123456789")}
+	for _, tt := range []struct {
+		name    string
+		n       int
+		bytes   int64
+		msgs    []*nats.Msg
+		got     int
+		ended   bool
+		refused bool
+	}{
+		{name: "heartbeat", n: 5, msgs: []*nats.Msg{status("100", "Idle Heartbeat"), job}, got: 1},
+		{name: "wait ran out", n: 5, msgs: []*nats.Msg{job, status("408", "Request Timeout")}, got: 1, ended: true},
+		{name: "no jobs", n: 5, msgs: []*nats.Msg{status("404", "No Messages")}, ended: true},
+		{name: "next job too big", n: 5, msgs: []*nats.Msg{status("409", "Message Size Exceeds MaxBytes")}, ended: true},
+		{name: "over a limit of WORKER's", n: 5, msgs: []*nats.Msg{status("409", "Exceeded MaxRequestBatch of 3")}, ended: true, refused: true},
+		{name: "batch used up", n: 2, msgs: []*nats.Msg{job, job, job}, got: 2, ended: true},
+		{name: "bytes used up", n: 5, bytes: int64(job.Size()) * 2, msgs: []*nats.Msg{job, job, job}, got: 2, ended: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			admitted := 0
+			pl := &pull{admit: func(jetstream.Msg) { admitted++ }, n: tt.n, maxBytes: tt.bytes, done: make(chan struct{})}
+			for _, m := range tt.msgs {
+				pl.receive(m)
+			}
+			got, err := pl.result()
+			if got != tt.got || admitted != tt.got {
+				t.Errorf("got %d jobs, admitted %d; want %d", got, admitted, tt.got)
+			}
+			if pl.ended != tt.ended || errors.Is(err, errPullRefused) != tt.refused {
+				t.Errorf("ended %v with %v; want ended %v, refused %v", pl.ended, err, tt.ended, tt.refused)
+			}
+		})
+	}
+}
+
+func TestJobMsgReadsItsMetadataFromTheAckSubject(t *testing.T) {
+	m := newJobMsg(&nats.Msg{Subject: "job.x", Reply: "$JS.ACK.JOB.WORKER.2.17.9.1700000000000000000.4", Sub: &nats.Subscription{}})
+	meta, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.NumDelivered != 2 || meta.Sequence.Stream != 17 || meta.Sequence.Consumer != 9 || meta.NumPending != 4 || meta.Stream != "JOB" || meta.Consumer != "WORKER" || meta.Timestamp.UnixNano() != 1700000000000000000 {
+		t.Errorf("got %+v", meta)
+	}
+	if _, err := newJobMsg(&nats.Msg{Subject: "job.x"}).Metadata(); !errors.Is(err, jetstream.ErrNotJSMessage) {
+		t.Errorf("a message without an ack subject: got %v, want ErrNotJSMessage", err)
+	}
+}
