@@ -1659,24 +1659,33 @@ func printBench(w io.Writer, r queue.BenchReport, sync string) {
 	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tbaseline\tledger\tratio\tno ledger\tratio\t")
-	row := func(name string, f func(queue.BenchResult) float64, format string, ratio bool) {
+	// ratios: the ledger's and the no-ledger figure's over the baseline's,
+	// nil for none. Where the report has them (processing, end to end),
+	// they are its own: over several runs, the median of each run's ratio.
+	row := func(name string, f func(queue.BenchResult) float64, format string, ratios func(b, l, n float64) (float64, float64)) {
 		b, l, n := f(r.Baseline), f(r.Ledger), f(r.NoLedger)
-		if ratio {
-			fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t%.2fx\t"+format+"\t%.2fx\t\n", name, b, l, l/b, n, n/b)
+		if ratios != nil {
+			lr, nr := ratios(b, l, n)
+			fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t%.2fx\t"+format+"\t%.2fx\t\n", name, b, l, lr, n, nr)
 			return
 		}
 		fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t\t"+format+"\t\t\n", name, b, l, n)
 	}
-	row("enqueue jobs/s (one at a time)", func(b queue.BenchResult) float64 { return b.EnqueueSyncPerS }, "%.0f", true)
-	row("enqueue jobs/s (async)", func(b queue.BenchResult) float64 { return b.EnqueueAsyncPerS }, "%.0f", true)
-	row("process jobs/s", func(b queue.BenchResult) float64 { return b.ProcessPerS }, "%.0f", true)
-	row("end-to-end jobs/s", func(b queue.BenchResult) float64 { return b.E2EPerS }, "%.0f", true)
-	row("latency p50 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", false)
-	row("latency p99 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", false)
-	row("latency max ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", false)
-	row("latency p50 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP50Ms }, "%.0f", false)
-	row("latency p99 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP99Ms }, "%.0f", false)
-	row("peak RSS MB", func(b queue.BenchResult) float64 { return b.PeakRSSMB }, "%.0f", false)
+	divided := func(b, l, n float64) (float64, float64) { return l / b, n / b }
+	row("enqueue jobs/s (one at a time)", func(b queue.BenchResult) float64 { return b.EnqueueSyncPerS }, "%.0f", divided)
+	row("enqueue jobs/s (async)", func(b queue.BenchResult) float64 { return b.EnqueueAsyncPerS }, "%.0f", divided)
+	row("process jobs/s", func(b queue.BenchResult) float64 { return b.ProcessPerS }, "%.0f", func(_, _, _ float64) (float64, float64) {
+		return r.Ratio.LedgerProcess, r.Ratio.NoLedgerProcess
+	})
+	row("end-to-end jobs/s", func(b queue.BenchResult) float64 { return b.E2EPerS }, "%.0f", func(_, _, _ float64) (float64, float64) {
+		return r.Ratio.LedgerE2E, r.Ratio.NoLedgerE2E
+	})
+	row("latency p50 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", nil)
+	row("latency p99 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", nil)
+	row("latency max ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", nil)
+	row("latency p50 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP50Ms }, "%.0f", nil)
+	row("latency p99 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP99Ms }, "%.0f", nil)
+	row("peak RSS MB", func(b queue.BenchResult) float64 { return b.PeakRSSMB }, "%.0f", nil)
 	tw.Flush()
 	for i, run := range r.Runs {
 		fmt.Fprintf(w, "\nrun %d: ratios ledger process %.2f, end-to-end %.2f; no ledger process %.2f, end-to-end %.2f", i+1, run.Ratio.LedgerProcess, run.Ratio.LedgerE2E, run.Ratio.NoLedgerProcess, run.Ratio.NoLedgerE2E)
