@@ -395,7 +395,8 @@ func (p *Pool) giveBack(n int) {
 // busyBytes is the payload the pool holds, but for held jobs (see hold):
 // they keep no worker busy and may not hold up fresh jobs, so they have
 // an allowance of PrefetchBytes of their own. Held jobs beyond it count,
-// so the pool never holds more than twice PrefetchBytes.
+// so the pool holds at most twice PrefetchBytes, besides one job larger
+// than that taken alone (see pullSize).
 func (p *Pool) busyBytes() int64 {
 	return p.bytes.Load() - min(p.heldBytes.Load(), p.cfg.PrefetchBytes)
 }

@@ -100,6 +100,8 @@ func (pl *pull) receive(m *nats.Msg) {
 			pl.endLocked(nil)
 		case code == "409" && desc == "Message Size Exceeds MaxBytes":
 			pl.endLocked(nil) // the next job does not fit; see fetch
+		case code == "409" && desc == "Batch Completed":
+			pl.endLocked(nil) // after the batch's last job, which ended it already
 		default:
 			pl.endLocked(fmt.Errorf("%w: %s %s", errPullRefused, code, desc))
 		}

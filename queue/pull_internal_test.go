@@ -26,6 +26,7 @@ func TestPullEndsOnTheServersWord(t *testing.T) {
 		{name: "wait ran out", n: 5, msgs: []*nats.Msg{job, status("408", "Request Timeout")}, got: 1, ended: true},
 		{name: "no jobs", n: 5, msgs: []*nats.Msg{status("404", "No Messages")}, ended: true},
 		{name: "next job too big", n: 5, msgs: []*nats.Msg{status("409", "Message Size Exceeds MaxBytes")}, ended: true},
+		{name: "batch completed", n: 5, msgs: []*nats.Msg{job, status("409", "Batch Completed")}, got: 1, ended: true},
 		{name: "over a limit of WORKER's", n: 5, msgs: []*nats.Msg{status("409", "Exceeded MaxRequestBatch of 3")}, ended: true, refused: true},
 		{name: "batch used up", n: 2, msgs: []*nats.Msg{job, job, job}, got: 2, ended: true},
 		{name: "bytes used up", n: 5, bytes: int64(job.Size()) * 2, msgs: []*nats.Msg{job, job, job}, got: 2, ended: true},
