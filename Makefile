@@ -45,7 +45,7 @@ bench: build ## jobq bench: jobq with and without its ledger against a raw JetSt
 	./$(BIN)/jobq bench
 
 .PHONY: gobench
-gobench: ## Go benchmarks of the ledger, router, record encoding and pipeline
+gobench: ## Go benchmarks of the ledger, router, record encoding and pipeline, with allocations and CPU per job
 	$(GO) test -run '^$$' -bench . -benchmem ./data/ ./handlers/ ./queue/
 
 .PHONY: footprint

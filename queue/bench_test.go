@@ -44,6 +44,30 @@ func benchClients(b *testing.B, cfg queue.Config) (producer, workers *queue.Obje
 	return producer, workers
 }
 
+// cpuMeter reports the CPU time the whole process (clients, pool and the
+// embedded server) spent per job while the timer ran, and how many cores
+// that kept busy on average: on a shared machine the jobs per second move
+// with the neighbours' load, the CPU per job much less.
+type cpuMeter struct {
+	start time.Duration
+	ok    bool
+}
+
+func startCPU() cpuMeter {
+	t, ok := processCPU()
+	return cpuMeter{start: t, ok: ok}
+}
+
+func (m cpuMeter) report(b *testing.B) {
+	end, ok := processCPU()
+	if !m.ok || !ok || b.Elapsed() <= 0 {
+		return
+	}
+	used := end - m.start
+	b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/job")
+	b.ReportMetric(used.Seconds()/b.Elapsed().Seconds(), "cores")
+}
+
 // BenchmarkLedgerClaimDone is one job's ledger writes, one after another.
 func BenchmarkLedgerClaimDone(b *testing.B) {
 	obj := benchObjects(b, queue.Config{})
@@ -85,6 +109,7 @@ func BenchmarkPipeline(b *testing.B) {
 			if tt.name == "baseline" {
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu := startCPU()
 				cc, err := obj.Worker.Consume(func(m jetstream.Msg) {
 					if handled.Add(1) == int64(b.N) {
 						close(done)
@@ -96,6 +121,7 @@ func BenchmarkPipeline(b *testing.B) {
 				}
 				<-done
 				b.StopTimer()
+				cpu.report(b)
 				cc.Stop()
 				return
 			}
@@ -107,11 +133,13 @@ func BenchmarkPipeline(b *testing.B) {
 			}), zerolog.Nop())
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := startCPU()
 			if err := pool.Start(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			<-done
 			b.StopTimer()
+			cpu.report(b)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			pool.Stop(ctx)
@@ -161,6 +189,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			p := queue.NewProducer(obj.JS, obj.Config)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := startCPU()
 			futures := make([]jetstream.PubAckFuture, 0, 256)
 			for i := range b.N {
 				f, err := p.EnqueueAsync("job.bench", []byte("x"), queue.EnqueueOptions{ID: "e-" + strconv.Itoa(i)})
@@ -180,6 +209,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			}
 			<-done
 			b.StopTimer()
+			cpu.report(b)
 		})
 	}
 }
