@@ -1,0 +1,175 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// keepPullLimits makes the fetcher's pulls keep to WORKER's limits on one
+// pull, if it has any: a pull over them fails. Used by fetch only, once
+// started.
+func (p *Pool) keepPullLimits(c jetstream.ConsumerConfig) {
+	p.maxBatch, p.maxPullBytes = c.MaxRequestBatch, int64(c.MaxRequestMaxBytes)
+	p.fetchWait = p.cfg.FetchWait
+	if c.MaxRequestExpires > 0 && c.MaxRequestExpires < p.fetchWait {
+		p.fetchWait = c.MaxRequestExpires
+	}
+}
+
+// fetch pulls at most as many jobs as the pool has room for, and at most
+// as many payload bytes (PrefetchBytes), so that no job waits long in a
+// buffer while its ack wait runs and large payloads do not fill memory.
+func (p *Pool) fetch(ctx context.Context) {
+	for ctx.Err() == nil { // a pool with room would pull on after Stop otherwise
+		n, ok := p.takeRoom(ctx)
+		if !ok {
+			return
+		}
+		want, budget, alone := p.pullSize(n)
+		if want == 0 {
+			p.giveBack(n) // a hold ended since takeRoom: no byte room after all
+			continue
+		}
+		p.bigAt = -1
+		busy, start := p.busyBytes(), time.Now()
+		got, err := p.fetchBatch(ctx, want, budget)
+		p.giveBack(n - got)
+		if got > 0 || time.Since(start) >= p.fetchWait/2 {
+			continue
+		}
+		// The pull ended early with no job. Without an error, the server
+		// ended it because the next job does not fit the byte budget: the
+		// next pull waits for room, or takes the job alone. Otherwise, as
+		// when even alone it does not fit WORKER's limit, wait before the
+		// next pull rather than spin.
+		switch {
+		case err == nil && budget > 0 && !alone:
+			p.bigAt = busy
+			continue
+		case err == nil && budget > 0:
+			p.log.Warn().Int64("max_request_max_bytes", p.maxPullBytes).Msg("the next job is larger than WORKER's limit on one pull; raise it with nats consumer edit")
+		case err != nil:
+			// WORKER's limits may have changed since the pool started.
+			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+			if info, ierr := p.obj.Worker.Info(opCtx); ierr == nil {
+				p.keepPullLimits(info.Config)
+			}
+			cancel()
+		}
+		select {
+		case <-time.After(p.fetchWait):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// takeRoom waits until the pool has room for a pull (see shortOfRoom) and
+// takes it: it returns how many tokens it took, or false once ctx ends.
+func (p *Pool) takeRoom(ctx context.Context) (int, bool) {
+	select {
+	case <-p.tokens:
+	case <-ctx.Done():
+		return 0, false
+	}
+	n := 1
+	for p.shortOfRoom(n) {
+		select {
+		case <-p.tokens:
+			n++
+		case <-p.heldWake:
+		case <-ctx.Done():
+			p.giveBack(n)
+			return 0, false
+		}
+	}
+	for n < cap(p.tokens) {
+		select {
+		case <-p.tokens:
+			n++
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+// shortOfRoom reports whether the fetcher, holding n tokens, waits for more
+// room before it pulls.
+//
+// While the pool holds enough jobs to keep its workers busy, it waits for
+// room for half of itself, so that pulls are few and large. Held jobs (see
+// hold) keep no worker busy.
+//
+// While the jobs it holds leave no byte room, or no more than when the last
+// pull found the next job too big for it (bigAt), it waits for one to
+// finish: every job gives back its bytes before its token. A job that
+// becomes held makes room too, without a token: it sends heldWake.
+func (p *Pool) shortOfRoom(n int) bool {
+	busyJobs := cap(p.tokens) - n - len(p.tokens) - int(p.held.Load())
+	if n < cap(p.tokens)/2 && busyJobs > 2*p.cfg.Workers {
+		return true
+	}
+	busy := p.busyBytes()
+	return n < cap(p.tokens) && busy > 0 && (p.byteRoom() <= 0 || p.bigAt >= 0 && busy >= p.bigAt)
+}
+
+// pullSize is what the next pull, with n tokens, asks for: up to want jobs
+// of up to budget bytes in all (0: any size), alone if it takes one job
+// whatever its size. want is 0 if there is no byte room.
+func (p *Pool) pullSize(n int) (want int, budget int64, alone bool) {
+	want, budget = n, p.byteRoom()
+	switch {
+	case p.busyBytes() == 0 && (budget <= 0 || p.bigAt >= 0):
+		// A pool that holds no payload takes the next job whatever its
+		// size, alone.
+		want, budget, alone = 1, 0, true
+	case budget <= 0:
+		return 0, 0, false
+	}
+	if p.maxBatch > 0 {
+		want = min(want, p.maxBatch)
+	}
+	if p.maxPullBytes > 0 && (budget <= 0 || budget > p.maxPullBytes) {
+		budget = p.maxPullBytes
+	}
+	return want, budget, alone
+}
+
+// giveBack returns n tokens the fetcher took and did not use.
+func (p *Pool) giveBack(n int) {
+	for range n {
+		p.tokens <- struct{}{}
+	}
+}
+
+// busyBytes is the payload the pool holds, but for held jobs (see hold):
+// they keep no worker busy and may not hold up fresh jobs, so they have
+// an allowance of PrefetchBytes of their own. Held jobs beyond it count,
+// so the pool holds at most twice PrefetchBytes, besides one job larger
+// than that taken alone (see pullSize).
+func (p *Pool) busyBytes() int64 {
+	return p.bytes.Load() - min(p.heldBytes.Load(), p.cfg.PrefetchBytes)
+}
+
+// byteRoom is how many more payload bytes the pool may hold.
+func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.busyBytes() }
+
+// admit starts a fetched job's claim and queues it.
+func (p *Pool) admit(msg jetstream.Msg) {
+	job, err := decodeJob(msg)
+	if err != nil {
+		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("not a jetstream job; left for redelivery")
+		p.release(nil)
+		return
+	}
+	it := &inflight{msg: msg, job: job, size: int64(len(job.Payload))}
+	p.bytes.Add(it.size)
+	p.beats.add(it) // InProgress while it waits, so it is not redelivered
+	if p.cfg.NoLedger {
+		p.work <- it
+		return
+	}
+	p.fetched <- it
+}
