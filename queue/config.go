@@ -42,8 +42,8 @@ type Config struct {
 	JobTimeout time.Duration
 	// MaxPayload is the largest payload Enqueue accepts. Defaults to 1 MiB.
 	MaxPayload int
-	// FetchWait is how long one pull waits for jobs. Defaults to 1s; it also
-	// bounds how long Stop waits for the fetcher.
+	// FetchWait is how long one pull waits for jobs: 10ms or more, 1s by
+	// default. Stop waits at most FetchWait + 1s for the fetcher.
 	FetchWait time.Duration
 	// MaxBytes caps the bytes JOB stores; a full JOB refuses new jobs
 	// rather than dropping stored ones. Set it below the server's storage
@@ -138,6 +138,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("prefetch %d: want 0 or more", c.Prefetch)
 	case c.PrefetchBytes < 0:
 		return fmt.Errorf("prefetch bytes %d is negative", c.PrefetchBytes)
+	case c.FetchWait < 10*time.Millisecond:
+		return fmt.Errorf("fetch wait %s: want 10ms or more, or an idle pool pulls without pause", c.FetchWait)
 	case c.JobTimeout < 0:
 		return fmt.Errorf("job timeout %s is negative", c.JobTimeout)
 	case c.MaxBytes < 0:

@@ -85,15 +85,21 @@ type pull struct {
 }
 
 // receive takes one message of the pull: a job, or the server's word that
-// the pull ended. Jobs that arrive after the end (the pull's timer ran out
-// first) are left for redelivery.
+// the pull ended. A job that arrives after the end (the pull's timer ran out
+// first) is handed back with a Nak, for redelivery now rather than after
+// the ack wait.
 func (pl *pull) receive(m *nats.Msg) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if pl.ended {
+		if m.Reply != "" {
+			_ = m.Nak() // if lost, the ack wait redelivers it
+		}
 		return
 	}
-	if code := m.Header.Get("Status"); code != "" && len(m.Data) == 0 {
+	// The server's word has no reply subject; every job has one, its ack
+	// subject, so a job with a Status header and no payload is still a job.
+	if code := m.Header.Get("Status"); m.Reply == "" && code != "" && len(m.Data) == 0 {
 		switch desc := m.Header.Get("Description"); {
 		case code == "100": // idle heartbeat
 		case code == "404" || code == "408": // no jobs, or the wait ran out

@@ -3,16 +3,21 @@ package queue
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/server/servertest"
 )
 
 func TestPullEndsOnTheServersWord(t *testing.T) {
 	status := func(code, desc string) *nats.Msg {
 		return &nats.Msg{Header: nats.Header{"Status": {code}, "Description": {desc}}}
 	}
-	job := &nats.Msg{Subject: "job.x", Data: []byte("0123456789")}
+	job := &nats.Msg{Subject: "job.x", Reply: "$JS.ACK.JOB.WORKER.1.1.1.1700000000000000000.0", Data: []byte("0123456789")}
+	// A job may carry any header, a Status too, and no payload.
+	statusJob := &nats.Msg{Subject: "job.x", Reply: "$JS.ACK.JOB.WORKER.1.2.2.1700000000000000000.0", Header: nats.Header{"Status": {"404"}, "Description": {"No Messages"}}}
 	for _, tt := range []struct {
 		name    string
 		n       int
@@ -30,6 +35,8 @@ func TestPullEndsOnTheServersWord(t *testing.T) {
 		{name: "over a limit of WORKER's", n: 5, msgs: []*nats.Msg{status("409", "Exceeded MaxRequestBatch of 3")}, ended: true, refused: true},
 		{name: "batch used up", n: 2, msgs: []*nats.Msg{job, job, job}, got: 2, ended: true},
 		{name: "bytes used up", n: 5, bytes: int64(job.Size()) * 2, msgs: []*nats.Msg{job, job, job}, got: 2, ended: true},
+		{name: "a job with a Status header", n: 5, msgs: []*nats.Msg{statusJob, job}, got: 2},
+		{name: "a job with a heartbeat's header", n: 5, msgs: []*nats.Msg{{Subject: "job.x", Reply: job.Reply, Header: nats.Header{"Status": {"100"}}}}, got: 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			admitted := 0
@@ -59,5 +66,29 @@ func TestJobMsgReadsItsMetadataFromTheAckSubject(t *testing.T) {
 	}
 	if _, err := newJobMsg(&nats.Msg{Subject: "job.x"}).Metadata(); !errors.Is(err, jetstream.ErrNotJSMessage) {
 		t.Errorf("a message without an ack subject: got %v, want ErrNotJSMessage", err)
+	}
+}
+
+// A job delivered after its pull ended is handed back at once, not left to
+// wait out the ack wait.
+func TestPullHandsBackJobsThatArriveAfterItsEnd(t *testing.T) {
+	nc := servertest.Connect(t, servertest.Start(t))
+	acks, err := nc.SubscribeSync("ack.late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.SubscribeSync("job.x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &pull{admit: func(jetstream.Msg) { t.Error("a job after the end was admitted") }, n: 1, done: make(chan struct{})}
+	pl.end(nil)
+	pl.receive(&nats.Msg{Subject: "job.x", Reply: "ack.late", Data: []byte("late"), Sub: sub})
+	m, err := acks.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no ack for the late job: %v", err)
+	}
+	if string(m.Data) != "-NAK" {
+		t.Errorf("late job acked with %q, want -NAK", m.Data)
 	}
 }

@@ -405,6 +405,32 @@ func TestOddIDsAreProcessed(t *testing.T) {
 	}
 }
 
+// A job may carry headers that a server's status message carries, and no
+// payload: it is still a job, and so are the jobs after it in the pull.
+func TestJobsWithStatusHeadersAreProcessed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	var ids []string
+	for _, code := range []string{"100", "404", "408", "409", "503"} {
+		id := "status-" + code
+		h := nats.Header{"Status": {code}, "Description": {"from a user"}}
+		if _, err := b.prod.Enqueue(context.Background(), "job.odd", nil, queue.EnqueueOptions{ID: id, Header: h}); err != nil {
+			t.Fatalf("enqueue %s: %v", id, err)
+		}
+		ids = append(ids, id)
+		for i := range 3 {
+			ids = append(ids, fmt.Sprintf("after-%s-%d", code, i))
+			b.enqueue(t, "job.odd", ids[len(ids)-1], "x")
+		}
+	}
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	b.waitDrained(t)
+	for _, id := range ids {
+		c.wantOnce(t, id)
+	}
+}
+
 func TestDoneMeansDoneAfterDedupeWindow(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
