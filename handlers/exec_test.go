@@ -25,15 +25,18 @@ import (
 // for a hang, not a timing assertion.
 const generous = 30 * time.Second
 
-// writeScript writes an executable sh script with body into dir and returns
-// a command that runs it with dir as $1.
+// writeScript writes an sh script with body into dir and returns a command
+// that runs it with dir as $1. The command has sh read the script rather
+// than exec it: a parallel test's fork may hold the script's write
+// descriptor for a moment, and an exec would then fail with "text file
+// busy" (golang/go#22315).
 func writeScript(t *testing.T, dir, body string) string {
 	t.Helper()
 	path := filepath.Join(dir, "job.sh")
 	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return shellQuote(path) + " " + shellQuote(dir)
+	return "sh " + shellQuote(path) + " " + shellQuote(dir)
 }
 
 // shellQuote quotes s for sh.
@@ -356,6 +359,11 @@ wait
 			var pids []int
 			for _, name := range []string{"shpid", "pid"} {
 				eventually(t, "the script writes "+name, func() bool {
+					select {
+					case err := <-done:
+						t.Fatalf("Process returned %v before the script wrote %s", err, name)
+					default:
+					}
 					_, err := os.Stat(filepath.Join(dir, name))
 					return err == nil
 				})
