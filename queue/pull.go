@@ -46,7 +46,14 @@ func (p *Pool) fetchBatch(_ context.Context, n int, maxBytes int64) (int, error)
 		return 0, err
 	}
 	defer sub.Unsubscribe()
-	body, err := json.Marshal(pullRequest{Batch: n, Expires: int64(p.fetchWait), MaxBytes: maxBytes})
+	// The pull's own batch and byte budget bound what it buffers; nats.go's
+	// default limit (64 MiB) would drop jobs of a larger --prefetch-bytes as
+	// a slow consumer, to wait out the ack wait.
+	err = sub.SetPendingLimits(-1, -1)
+	var body []byte
+	if err == nil {
+		body, err = json.Marshal(pullRequest{Batch: n, Expires: int64(p.fetchWait), MaxBytes: maxBytes})
+	}
 	if err == nil {
 		err = nc.PublishRequest(pullSubject, inbox, body)
 	}
