@@ -34,7 +34,7 @@ func (p *Pool) fetch(ctx context.Context) {
 		}
 		p.bigAt = -1
 		busy, start := p.busyBytes(), time.Now()
-		got, err := p.fetchBatch(ctx, want, budget)
+		got, err := p.fetchBatch(want, budget)
 		p.giveBack(n - got)
 		if got > 0 || time.Since(start) >= p.fetchWait/2 {
 			continue

@@ -2,11 +2,9 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -63,15 +61,16 @@ func Peek(ctx context.Context, obj *Objects, wait time.Duration, f func(*data.Jo
 	return true, ferr
 }
 
+// fetchOne pulls one job, waiting up to wait: nil if none came. It makes
+// its pull as the pool does, so a job with a Status header of its own is
+// not taken for the server's word (nats.go's Fetch would).
 func fetchOne(ctx context.Context, obj *Objects, wait time.Duration) (jetstream.Msg, error) {
-	fctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	msg, err := obj.Worker.Next(jetstream.FetchContext(fctx))
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
-		return nil, nil
-	}
-	if err != nil {
+	var msg jetstream.Msg
+	if _, err := pullJobs(ctx, obj.JS.Conn(), 1, 0, wait, func(m jetstream.Msg) { msg = m }); err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", ConsumerWorker, err)
+	}
+	if msg == nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", ConsumerWorker, ctx.Err())
 	}
 	return msg, nil
 }

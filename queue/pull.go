@@ -36,13 +36,24 @@ var errPullRefused = errors.New("pull refused by the server")
 // hand-off to a goroutine of Fetch's and no timer per message between. A
 // pull that was requested is read to its end, even while stopping: its
 // jobs are delivered to us and would otherwise wait for the ack wait.
-func (p *Pool) fetchBatch(_ context.Context, n int, maxBytes int64) (int, error) {
-	nc := p.obj.JS.Conn()
-	pl := &pull{admit: p.admit, n: n, maxBytes: maxBytes, done: make(chan struct{})}
+func (p *Pool) fetchBatch(n int, maxBytes int64) (int, error) {
+	got, err := pullJobs(context.Background(), p.obj.JS.Conn(), n, maxBytes, p.fetchWait, p.admit)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("fetch jobs")
+	}
+	return got, err
+}
+
+// pullJobs makes one pull from WORKER of up to n jobs, of at most maxBytes
+// in all (0: any), that waits up to wait for them, and admits each job as
+// it arrives. It returns how many it got, and an error if the pull could
+// not be made or the server refused it. ctx ending ends the pull on jobq's
+// side; a job that arrives after that is handed back (see receive).
+func pullJobs(ctx context.Context, nc *nats.Conn, n int, maxBytes int64, wait time.Duration, admit func(jetstream.Msg)) (int, error) {
+	pl := &pull{admit: admit, n: n, maxBytes: maxBytes, done: make(chan struct{})}
 	inbox := nc.NewInbox()
 	sub, err := nc.Subscribe(inbox, pl.receive)
 	if err != nil {
-		p.log.Warn().Err(err).Msg("fetch jobs")
 		return 0, err
 	}
 	defer sub.Unsubscribe()
@@ -52,29 +63,26 @@ func (p *Pool) fetchBatch(_ context.Context, n int, maxBytes int64) (int, error)
 	err = sub.SetPendingLimits(-1, -1)
 	var body []byte
 	if err == nil {
-		body, err = json.Marshal(pullRequest{Batch: n, Expires: int64(p.fetchWait), MaxBytes: maxBytes})
+		body, err = json.Marshal(pullRequest{Batch: n, Expires: int64(wait), MaxBytes: maxBytes})
 	}
 	if err == nil {
 		err = nc.PublishRequest(pullSubject, inbox, body)
 	}
 	if err != nil {
-		p.log.Warn().Err(err).Msg("fetch jobs")
 		return 0, err
 	}
 	// The server ends the pull when its wait runs out; a second more covers
 	// a server that went away meanwhile.
-	t := time.NewTimer(p.fetchWait + time.Second)
+	t := time.NewTimer(wait + time.Second)
 	defer t.Stop()
 	select {
 	case <-pl.done:
 	case <-t.C:
 		pl.end(nil)
+	case <-ctx.Done():
+		pl.end(nil)
 	}
-	got, err := pl.result()
-	if err != nil {
-		p.log.Warn().Err(err).Msg("fetch jobs")
-	}
-	return got, err
+	return pl.result()
 }
 
 // pull is one pull request on its own subscription.

@@ -796,6 +796,23 @@ func TestNextAndPeek(t *testing.T) {
 	if err != nil || found {
 		t.Errorf("next on an empty queue: got %v %v, want false nil", found, err)
 	}
+
+	// A job with a status message's headers and no payload is a job here too.
+	h := nats.Header{"Status": {"404"}, "Description": {"No Messages"}}
+	if _, err := b.prod.Enqueue(context.Background(), "job.n", nil, queue.EnqueueOptions{ID: "n-status", Header: h}); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	found, err = queue.Next(context.Background(), b.obj, handlers.HandlerFunc(func(_ context.Context, j *data.Job) error { got = j; return nil }), 5*time.Second, servertest.Logger(t))
+	if err != nil || !found || got == nil || got.ID != "n-status" {
+		t.Fatalf("next on a job with a Status header: got %v %v %+v, want n-status", found, err, got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if found, err = queue.Next(ctx, b.obj, handlers.HandlerFunc(ok), 5*time.Second, servertest.Logger(t)); found || !errors.Is(err, context.Canceled) {
+		t.Errorf("next with its context cancelled: got %v %v, want false and %v", found, err, context.Canceled)
+	}
 }
 
 func TestJobTimeoutFailsTheAttempt(t *testing.T) {
