@@ -66,7 +66,13 @@ func (l *Ledger) Recorded(ctx context.Context, jobs []*Job) ([]bool, error) {
 		if msg.Subject != reply {
 			continue // the rest of an earlier read that gave up
 		}
-		switch status := msg.Header.Get("Status"); status {
+		// A stored record comes with its sequence; only the server's word
+		// has a Status without one (a record may carry any header).
+		status := ""
+		if msg.Header.Get(nats.JSSequence) == "" {
+			status = msg.Header.Get("Status")
+		}
+		switch status {
 		case "":
 			for _, i := range index[msg.Header.Get(nats.JSSubject)] {
 				found[i] = true

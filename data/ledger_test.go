@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
@@ -227,6 +228,27 @@ func TestLedgerRecordedReadsManyKeysAtOnce(t *testing.T) {
 	want[1], want[2], want[4] = true, true, true
 	if !slices.Equal(found, want) {
 		t.Errorf("recorded: got %v for the first five, want %v", found[:5], want[:5])
+	}
+}
+
+// A record written by another client may carry any header, a Status too:
+// it is still a record, not the server's word.
+func TestLedgerRecordedTakesARecordWithAStatusHeaderForARecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js, kv := newBucket(t)
+	l := data.NewLedger(kv, time.Minute, js)
+	t.Cleanup(l.Close)
+	msg := nats.NewMsg("$KV." + kv.Bucket() + "." + data.Key("odd"))
+	msg.Header.Set("Status", "404")
+	msg.Data = []byte(`{"id":"odd","state":"done","attempts":1}`)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	job := func(id string) *data.Job { return &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1} }
+	found, err := l.Recorded(ctx, []*data.Job{job("odd"), job("new")})
+	if err != nil || !slices.Equal(found, []bool{true, false}) {
+		t.Errorf("recorded: got %v, %v; want [true false]", found, err)
 	}
 }
 
