@@ -151,3 +151,51 @@ func publishJobs(t *testing.T, url string, n int) {
 		t.Fatalf("publish: %d acks outstanding after %s", js.PublishAsyncPending(), waitTimeout)
 	}
 }
+
+// TestCrashSoonAfterDeliveryIsMarkedResumed kills jobq from inside a handler,
+// right after its effect and within the server's ~100ms delay in saving its
+// consumer's delivery counts, while many jobs are running. The server then
+// forgets those deliveries and hands the jobs out again as first attempts:
+// only their claims, written before the handlers ran, tell that they ran.
+// Every job that runs twice must see the second run as resumed (DESIGN.md,
+// invariant 4).
+func TestCrashSoonAfterDeliveryIsMarkedResumed(t *testing.T) {
+	t.Parallel()
+	work := t.TempDir()
+	effects := filepath.Join(work, "effects")
+	marker := filepath.Join(work, "killed")
+	handler := fmt.Sprintf(`exec:echo "$JOBQ_JOB_ID $JOBQ_ATTEMPT $JOBQ_RESUMED" >> %s; if [ "$JOBQ_JOB_ID" = crash-40 ] && [ ! -e %s ]; then touch %s; kill -9 $PPID; fi; sleep 0.2`, shq(effects), shq(marker), shq(marker))
+	opts := serveOpts{dir: t.TempDir(), args: []string{"--handler", "job.crash.>=" + handler, "--workers", "64", "--ack-wait", "3s"}}
+	srv := startServe(t, opts)
+	publishJobs(t, srv.url, 80)
+	select {
+	case <-srv.done:
+		srv.ended = true
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler of crash-40 did not kill jobq in 30s")
+	}
+	srv = startServe(t, opts)
+	checkFor(t, time.Minute, 200*time.Millisecond, func() error {
+		if st := srv.status(t); st.Stream.Messages != 0 {
+			return fmt.Errorf("JOB holds %d jobs", st.Stream.Messages)
+		}
+		return nil
+	})
+	runs := map[string]int{}
+	for _, l := range lines(t, effects) {
+		f := strings.Fields(l)
+		runs[f[0]]++
+		if runs[f[0]] > 1 && f[2] != "1" {
+			t.Errorf("job %s ran again, not marked resumed: %q", f[0], l)
+		}
+	}
+	if runs["crash-40"] != 2 {
+		t.Errorf("crash-40 ran %d times, want 2 (its effect, then the resumed attempt)", runs["crash-40"])
+	}
+	for i := range 80 {
+		if id := fmt.Sprintf("crash-%d", i); runs[id] == 0 {
+			t.Errorf("job %s never ran", id)
+		}
+	}
+	srv.Stop(t)
+}

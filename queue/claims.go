@@ -18,13 +18,12 @@ func claimAhead(workers int) int { return max(8*workers, 32) }
 // checkBatch is the most fetched jobs one batched ledger read covers.
 const checkBatch = 256
 
-// startClaims passes fetched jobs on to be claimed, in order. It takes the
-// jobs that are waiting, reads their ledger records in one batch, and lets
-// each job that has none and cannot have a second copy in JOB (see
-// markUnclaimed and freshness) run on a prepared claim, which its completion write
-// creates: one ledger write per job on the happy path. Every other job is
-// claimed before it runs, at most claimAhead of them before a worker takes
-// one.
+// startClaims passes fetched jobs on to be claimed, in order, at most
+// claimAhead of them before a worker takes one. With Config.PreparedClaims
+// it takes the jobs that are waiting, reads their ledger records in one
+// batch, and lets each job that has none and cannot have a second copy in
+// JOB (see markUnclaimed and freshness) run on a prepared claim instead,
+// which its completion write creates.
 func (p *Pool) startClaims(ctx context.Context) {
 	defer p.holding.Wait() // they send to claims, which closes on return
 	batch := make([]*inflight, 0, checkBatch)
@@ -42,7 +41,9 @@ func (p *Pool) startClaims(ctx context.Context) {
 				break more
 			}
 		}
-		p.markUnclaimed(batch)
+		if p.cfg.PreparedClaims {
+			p.markUnclaimed(batch)
+		}
 		for _, it := range batch {
 			switch {
 			case it.held:

@@ -441,7 +441,7 @@ func TestDoneMeansDoneAfterDedupeWindow(t *testing.T) {
 		{"claimed", queue.Config{DedupeWindow: time.Second}},
 		// A window longer than AckWait: the republished job has no copy in
 		// JOB, so it goes by the batched read, which finds the record.
-		{"unclaimed", queue.Config{DedupeWindow: 2 * time.Second, AckWait: time.Second}},
+		{"unclaimed", queue.Config{PreparedClaims: true, DedupeWindow: 2 * time.Second, AckWait: time.Second}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -920,34 +920,45 @@ func TestShutdownReleasesUnstartedJobsUnresumed(t *testing.T) {
 	}
 }
 
-func TestHappyPathWritesOneLedgerRecordPerJob(t *testing.T) {
+// By default every job is claimed before it runs and its completion recorded
+// after: two ledger writes per job. With PreparedClaims, a fresh job's
+// completion write creates its record: one.
+func TestLedgerWritesPerJob(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{Workers: 4})
-	const n = 200
-	for i := range n {
-		b.enqueue(t, "job.one", fmt.Sprintf("one-%d", i), "x")
-	}
-	c := newCounter()
-	b.startPool(t, c.wrap(ok))
-	b.waitDrained(t)
-	for i := range n {
-		id := fmt.Sprintf("one-%d", i)
-		if rec := b.record(t, id); rec.State != data.StateDone || rec.Attempts != 1 || rec.Resumed || c.get(id) != 1 {
-			t.Fatalf("job %s: ran %d times, record %+v; want once, done, 1 attempt", id, c.get(id), rec)
-		}
-	}
-	// The bucket's stream counts every write: a claim and a completion would
-	// be two per job.
-	st, err := b.js.Stream(context.Background(), "KV_"+queue.BucketProcessed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.LastSeq != n {
-		t.Errorf("ledger writes: got %d for %d jobs, want one per job", info.State.LastSeq, n)
+	for _, tt := range []struct {
+		name     string
+		prepared bool
+		writes   uint64
+	}{{"claims first", false, 2}, {"prepared claims", true, 1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{PreparedClaims: tt.prepared, Workers: 4})
+			const n = 200
+			for i := range n {
+				b.enqueue(t, "job.one", fmt.Sprintf("one-%d", i), "x")
+			}
+			c := newCounter()
+			b.startPool(t, c.wrap(ok))
+			b.waitDrained(t)
+			for i := range n {
+				id := fmt.Sprintf("one-%d", i)
+				if rec := b.record(t, id); rec.State != data.StateDone || rec.Attempts != 1 || rec.Resumed || c.get(id) != 1 {
+					t.Fatalf("job %s: ran %d times, record %+v; want once, done, 1 attempt", id, c.get(id), rec)
+				}
+			}
+			// The bucket's stream counts every write.
+			st, err := b.js.Stream(context.Background(), "KV_"+queue.BucketProcessed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.LastSeq != tt.writes*n {
+				t.Errorf("ledger writes: got %d for %d jobs, want %d per job", info.State.LastSeq, n, tt.writes)
+			}
+		})
 	}
 }
 
@@ -956,7 +967,7 @@ func TestLongUnclaimedJobWritesItsClaim(t *testing.T) {
 	// Fresh jobs run on a prepared claim. One that runs on gets its claim
 	// written by its first heartbeat (AckWait/3), so a copy published after
 	// the dedupe window finds it and is not run beside it.
-	b := setup(t, queue.Config{Workers: 2, DedupeWindow: 2 * time.Second, AckWait: time.Second})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, DedupeWindow: 2 * time.Second, AckWait: time.Second})
 	c := newCounter()
 	release := make(chan struct{})
 	started := make(chan struct{}, 2)
@@ -1008,7 +1019,7 @@ func TestUnclaimedJobStopsWhenItsClaimCannotBeWritten(t *testing.T) {
 	// A record appears under a running unclaimed job's key before its first
 	// heartbeat: the claim cannot be written, so the handler is cancelled
 	// and the record is left to its writer.
-	b := setup(t, queue.Config{Workers: 1, AckWait: 3 * time.Second})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 1, AckWait: 3 * time.Second})
 	started := make(chan struct{})
 	cause := make(chan error, 1)
 	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
@@ -1048,7 +1059,7 @@ func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
 	// is held for AckWait, by when the running job's claim is written; it
 	// is then acked as a duplicate, and the job runs once. The hold keeps
 	// the copy (heartbeats), so it costs none of its deliveries.
-	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: 3 * time.Second})
 	c := newCounter()
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
@@ -1122,7 +1133,7 @@ func TestCopyOfAHeldJobIsClaimed(t *testing.T) {
 	// under its ID late in the hold, too late for a heartbeat to write its
 	// claim before the hold ends, is claimed before it runs, so the held
 	// copy finds it, and the job runs once.
-	b := setup(t, queue.Config{Workers: 2, AckWait: 6 * time.Second})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: 6 * time.Second})
 	c := newCounter()
 	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
 		select {
@@ -1209,7 +1220,7 @@ func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
 	// with a plain stream edit (as nats stream edit does), which leaves no
 	// note in JOB's metadata: the pool keeps to the shorter window, so both
 	// copies are claimed, and the job runs once.
-	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 2 * time.Second, ProcessedTTL: time.Hour})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: time.Second, DedupeWindow: 2 * time.Second, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-2", "a")
 	b.republishAfterWindow(t, "job.d", "dup-2", "b")
 	b.editJobs(t, func(c *jetstream.StreamConfig) { c.Duplicates = time.Hour })
@@ -1221,7 +1232,7 @@ func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
 	// Held jobs keep no worker busy and have a byte allowance of their own:
 	// a fresh job is fetched and run while they wait, though they hold as
 	// much payload as the whole budget.
-	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 15 * time.Second, PrefetchBytes: 96_000, MaxPayload: 16 << 10})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, Prefetch: 20, AckWait: 15 * time.Second, PrefetchBytes: 96_000, MaxPayload: 16 << 10})
 	fresh := make(chan struct{})
 	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		if job.ID == "fresh" {
@@ -1248,7 +1259,7 @@ func TestPrefetchBytesBoundsHeldJobs(t *testing.T) {
 	// copies of 16,000 bytes against a 50,000-byte budget the pool takes
 	// six (three per pull), then waits for the holds to end. Every job
 	// then runs once.
-	b := setup(t, queue.Config{Workers: 2, Prefetch: 20, AckWait: 4 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, Prefetch: 20, AckWait: 4 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
 	c := newCounter()
 	b.startPool(t, c.wrap(func(context.Context, *data.Job) error { return nil }))
 	for i := range 12 {
