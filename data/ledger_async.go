@@ -133,8 +133,10 @@ func waitAck(ctx context.Context, a *ack) (uint64, error) {
 	}
 }
 
-// isWrongLastSeq reports a compare-and-set that found another revision.
+// isWrongLastSeq reports a compare-and-set that found another revision. A
+// replicated bucket reports it with a code of its own.
 func isWrongLastSeq(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

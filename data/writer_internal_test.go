@@ -2,9 +2,11 @@ package data
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestReadAck(t *testing.T) {
@@ -50,5 +52,21 @@ func TestReadAck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestWrongLastSeqOfAnyBucket(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, true},
+		{fmt.Errorf("claim: %w", &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}), true}, // a replicated bucket
+		{&jetstream.APIError{ErrorCode: 10077}, false},
+		{errWriteTimeout, false},
+	} {
+		if got := isWrongLastSeq(tt.err); got != tt.want {
+			t.Errorf("isWrongLastSeq(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }
