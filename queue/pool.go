@@ -26,9 +26,10 @@ const opTimeout = 10 * time.Second
 // the exactly-once protocol for each:
 //
 //  1. claim the job in the ledger (a create, or a compare-and-set over an
-//     expired claim); a job recorded done is acked without running. A first
-//     attempt with no record and no possible copy runs on a prepared claim
-//     instead, which its first write creates (see startClaims);
+//     expired claim); a job recorded done is acked without running. With
+//     Config.PreparedClaims, a first attempt with no record and no possible
+//     copy runs on a prepared claim instead, which its first write creates
+//     (see startClaims);
 //  2. run the handler, renewing the claim and sending InProgress every
 //     AckWait/3 so the job is not redelivered while it runs;
 //  3. record the outcome with a compare-and-set on the claim;
