@@ -199,3 +199,38 @@ func TestCrashSoonAfterDeliveryIsMarkedResumed(t *testing.T) {
 	}
 	srv.Stop(t)
 }
+
+// TestBrokerCrashDoesNotRunAJobTwiceAtOnce: jobq runs its workers against an
+// external server (a second jobq, serving as a broker), which is SIGKILLed
+// right after a burst of deliveries and restarted while the workers' jobs
+// still run. The restarted server has forgotten the last deliveries and
+// hands those jobs out again as first attempts; their claims, written before
+// the handlers started, keep the copies from running beside them (DESIGN.md,
+// invariant 3).
+func TestBrokerCrashDoesNotRunAJobTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	effects := filepath.Join(t.TempDir(), "effects")
+	broker := startServe(t, serveOpts{})
+	addr := strings.TrimPrefix(broker.url, "nats://")
+	handler := fmt.Sprintf(`exec:echo "$JOBQ_JOB_ID start" >> %s; sleep 4; echo "$JOBQ_JOB_ID end" >> %s`, shq(effects), shq(effects))
+	startServe(t, serveOpts{args: []string{"--server", broker.url, "--handler", "job.crash.>=" + handler, "--workers", "64"}})
+	publishJobs(t, broker.url, 40)
+	checkFor(t, 30*time.Second, time.Millisecond, func() error {
+		if n := len(lines(t, effects)); n < 20 {
+			return fmt.Errorf("%d handlers started", n)
+		}
+		return nil
+	})
+	broker.Kill(t)
+	// The same store and address, so that the workers reconnect to it.
+	startServe(t, serveOpts{dir: broker.dir, args: []string{"--listen", addr}})
+	time.Sleep(8 * time.Second) // every first run has ended; a copy would have started
+	running := map[string]bool{}
+	for _, l := range lines(t, effects) {
+		id, what, _ := strings.Cut(l, " ")
+		if what == "start" && running[id] {
+			t.Errorf("job %s started again while it ran", id)
+		}
+		running[id] = what == "start"
+	}
+}
