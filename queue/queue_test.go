@@ -1002,7 +1002,7 @@ func TestOldCopiesAreClaimedBeforeTheyRun(t *testing.T) {
 	// Two copies of one job wait in JOB, published a dedupe window apart.
 	// JOB's oldest job is older than the window less AckWait, so each is
 	// claimed before it runs and only one runs.
-	b := setup(t, queue.Config{Workers: 4, DedupeWindow: 2 * time.Second, AckWait: time.Second})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 4, DedupeWindow: 2 * time.Second, AckWait: time.Second})
 	b.enqueue(t, "job.copy", "copy-1", "x")
 	b.republishAfterWindow(t, "job.copy", "copy-1", "x")
 	c := newCounter()
@@ -1094,8 +1094,8 @@ func TestPoolClaimsEveryJobWhenBatchedReadsFail(t *testing.T) {
 	t.Parallel()
 	// A bucket without direct gets (as an older server or a hand-made
 	// bucket may have) cannot answer the batched read: every job is claimed
-	// first, and each still runs once.
-	b := setup(t, queue.Config{Workers: 2})
+	// first, and each still runs once. (Only prepared claims read first.)
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2})
 	ctx := context.Background()
 	st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
 	if err != nil {
@@ -1157,7 +1157,7 @@ func TestRedriveWritesTheRecordFirst(t *testing.T) {
 	// A dead letter whose record is gone is re-driven: the record is
 	// written before the copy is published, so a copy published by the
 	// producer meanwhile is claimed, and only one runs.
-	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second, MaxDeliver: 1})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: 3 * time.Second, MaxDeliver: 1})
 	b.enqueue(t, "job.d", "dl-1", "x")
 	fail := b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
 		return handlers.Permanent(errors.New("broken"))
@@ -1200,10 +1200,10 @@ func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
 	// Two copies stored under a short window, then the window lengthened in
 	// place: the copies may be closer than the new window, so while they
 	// are in JOB every job is claimed, and the job runs once.
-	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 300 * time.Millisecond, ProcessedTTL: time.Hour})
+	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: time.Second, DedupeWindow: 300 * time.Millisecond, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-1", "a")
 	b.republishAfterWindow(t, "job.d", "dup-1", "b")
-	b2 := setupOn(t, b.srv, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: time.Hour, ProcessedTTL: 2 * time.Hour})
+	b2 := setupOn(t, b.srv, queue.Config{PreparedClaims: true, Workers: 2, AckWait: time.Second, DedupeWindow: time.Hour, ProcessedTTL: 2 * time.Hour})
 	info, err := b2.obj.Jobs.Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
