@@ -57,13 +57,19 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 			}
 		}
 		h.mu.Unlock()
+		// Every due job's InProgress goes out before any claim renewal, so a
+		// slow ledger write delays no job's keep-alive to the server.
 		for _, it := range due {
-			p.beat(ctx, it)
+			p.keepAlive(it)
+		}
+		for _, it := range due {
+			p.renew(ctx, it)
 		}
 	}
 }
 
-func (p *Pool) beat(ctx context.Context, it *inflight) {
+// keepAlive resets the server's ack wait for it.
+func (p *Pool) keepAlive(it *inflight) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if it.closed {
@@ -72,6 +78,15 @@ func (p *Pool) beat(ctx context.Context, it *inflight) {
 	it.lastBeat = time.Now()
 	if err := it.msg.InProgress(); err != nil {
 		p.jobLog(it.job).Warn().Err(err).Msg("heartbeat to server")
+	}
+}
+
+// renew extends it's claim, or writes it if it is a prepared one.
+func (p *Pool) renew(ctx context.Context, it *inflight) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.closed {
+		return
 	}
 	lazy := it.unclaimed && it.claim.Revision == 0
 	if p.cfg.NoLedger || it.claim.Revision == 0 && !lazy {
