@@ -528,6 +528,7 @@ type statusOut struct {
 	Ledger struct {
 		Bucket  string `json:"bucket"`
 		Records uint64 `json:"records"`
+		Leases  uint64 `json:"leases"`
 		Bytes   uint64 `json:"bytes"`
 		TTL     string `json:"ttl"`
 	} `json:"ledger"`

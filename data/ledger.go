@@ -125,13 +125,14 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 // newClaimRecord is the record of a first claim on job. A job delivered
 // before that has no record yet had an earlier attempt that may have run its
 // handler without recording an outcome (see Prepare), so this one counts as
-// resumed, and its attempts are its deliveries.
+// resumed, and its attempts are its deliveries; so does one that the caller
+// marked resumed (job.Resumed), as one found in a lease that ended.
 func (l *Ledger) newClaimRecord(job *Job, worker string) Record {
 	now := time.Now().UTC()
 	return Record{
 		ID: job.ID, State: StateRunning, Subject: job.Subject, Seq: job.Seq,
 		Attempts: max(job.Attempt, 1), Worker: worker, LeaseUntil: now.Add(l.lease), FirstAt: now, StartedAt: now,
-		Resumed: job.Attempt > 1,
+		Resumed: job.Attempt > 1 || job.Resumed,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,29 +13,50 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Recorded reports which of jobs have a record in the bucket, in one batched
-// read of the bucket's last message per key (a direct get with multi_last),
-// whatever the number of jobs. It is the check before a job that has no
-// record may run without a claim (see Prepare). Any doubt is an error: a
-// server without batched reads, a response cut short; callers then take the
-// claim path for every job.
-func (l *Ledger) Recorded(ctx context.Context, jobs []*Job) ([]bool, error) {
-	found := make([]bool, len(jobs))
-	if len(jobs) == 0 {
-		return found, nil
+// Check reads, in one batched read of the bucket's last message per
+// subject (a direct get with multi_last), which of jobs have a record and
+// every lease, as of one moment: the server answers it isolated from
+// writes. It is the check before jobs without a record go into a pool's
+// lease (see WriteLease). Any doubt is an error: a server without batched
+// reads, a response cut short.
+func (l *Ledger) Check(ctx context.Context, jobs []*Job) (*Snapshot, error) {
+	keys := make([]string, len(jobs))
+	for i, job := range jobs {
+		keys[i] = Key(job.ID)
 	}
+	return l.check(ctx, keys)
+}
+
+// Settled reports whether every job in ls has a record, which wins over
+// the lease: a lease that ended may then be deleted.
+func (l *Ledger) Settled(ctx context.Context, ls *Lease) (bool, error) {
+	keys := make([]string, len(ls.Jobs))
+	for i, j := range ls.Jobs {
+		keys[i] = j.Key
+	}
+	s, err := l.check(ctx, keys)
+	if err != nil {
+		return false, err
+	}
+	return !slices.Contains(s.Found, false), nil
+}
+
+func (l *Ledger) check(ctx context.Context, keys []string) (*Snapshot, error) {
+	s := &Snapshot{Found: make([]bool, len(keys))}
 	if l.js == nil {
 		return nil, errors.New("read records: no connection for batched reads")
 	}
 	req := struct {
 		MultiLast []string `json:"multi_last"`
-	}{MultiLast: make([]string, len(jobs))}
-	index := make(map[string][]int, len(jobs))
-	for i, job := range jobs {
-		subj := l.prefix + Key(job.ID)
-		req.MultiLast[i] = subj
+	}{MultiLast: make([]string, 0, len(keys)+1)}
+	index := make(map[string][]int, len(keys))
+	for i, key := range keys {
+		subj := l.prefix + key
+		req.MultiLast = append(req.MultiLast, subj)
 		index[subj] = append(index[subj], i)
 	}
+	leases := l.prefix + LeasePrefix
+	req.MultiLast = append(req.MultiLast, leases+">")
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -68,22 +90,30 @@ func (l *Ledger) Recorded(ctx context.Context, jobs []*Job) ([]bool, error) {
 		}
 		// A stored record comes with its sequence; only the server's word
 		// has a Status without one (a record may carry any header).
+		seq := msg.Header.Get(nats.JSSequence)
 		status := ""
-		if msg.Header.Get(nats.JSSequence) == "" {
+		if seq == "" {
 			status = msg.Header.Get("Status")
 		}
 		switch status {
 		case "":
-			for _, i := range index[msg.Header.Get(nats.JSSubject)] {
-				found[i] = true
+			subj := msg.Header.Get(nats.JSSubject)
+			if owner, ok := strings.CutPrefix(subj, leases); ok {
+				if err := s.addLease(owner, seq, msg); err != nil {
+					return nil, fmt.Errorf("read leases: %w", err)
+				}
+				continue
 			}
-		case "404": // none of them has a record
-			return found, nil
+			for _, i := range index[subj] {
+				s.Found[i] = true
+			}
+		case "404": // no record and no lease
+			return s, nil
 		case "204": // end of the batch
 			if np := msg.Header.Get(headerNumPending); np != "0" {
 				return nil, fmt.Errorf("read records: response cut short, %s left", np)
 			}
-			return found, nil
+			return s, nil
 		default:
 			return nil, fmt.Errorf("read records: server says %s %s", status, strings.TrimSpace(msg.Header.Get("Description")))
 		}
@@ -106,9 +136,9 @@ type reads struct {
 // Prepare returns a claim on job for worker that is not written yet: its
 // Revision is 0, so the first write through it (Done, Retry, Fail, Release
 // or Renew) creates the record and fails with ErrClaimLost if one appeared
-// meanwhile. A worker may run a job on a prepared claim only after Recorded
-// found no record and when no other copy of the job can be in the stream
-// (see queue.Pool); it saves the claim's write on the happy path.
+// meanwhile. A worker may run a job on a prepared claim only while its
+// pool's lease holds the job (see Leases); it saves the claim's write on the
+// happy path.
 func (l *Ledger) Prepare(job *Job, worker string) Claim {
 	return Claim{Key: Key(job.ID), Record: l.newClaimRecord(job, worker)}
 }

@@ -192,16 +192,16 @@ func newLedgerJS(t *testing.T) *data.Ledger {
 	return l
 }
 
-func TestLedgerRecordedReadsManyKeysAtOnce(t *testing.T) {
+func TestLedgerCheckReadsManyKeysAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := newLedgerJS(t)
 	job := func(id string) *data.Job { return &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1} }
 
 	// An empty bucket has no record for anyone.
-	found, err := l.Recorded(ctx, []*data.Job{job("a"), job("b")})
-	if err != nil || len(found) != 2 || found[0] || found[1] {
-		t.Fatalf("empty bucket: got %v, %v; want [false false]", found, err)
+	snap, err := l.Check(ctx, []*data.Job{job("a"), job("b")})
+	if err != nil || len(snap.Found) != 2 || snap.Found[0] || snap.Found[1] || len(snap.Leases) != 0 || snap.LeaseSeq != 0 {
+		t.Fatalf("empty bucket: got %+v, %v; want [false false] and no lease", snap, err)
 	}
 
 	// Plain and encoded keys, a done and a running record, a job listed twice.
@@ -220,20 +220,20 @@ func TestLedgerRecordedReadsManyKeysAtOnce(t *testing.T) {
 	for i := range 300 { // more than one job per key, beyond one pull's worth
 		jobs = append(jobs, job(fmt.Sprintf("more-%d", i)))
 	}
-	found, err = l.Recorded(ctx, jobs)
+	snap, err = l.Check(ctx, jobs)
 	if err != nil {
-		t.Fatalf("recorded: %v", err)
+		t.Fatalf("check: %v", err)
 	}
 	want := make([]bool, len(jobs))
 	want[1], want[2], want[4] = true, true, true
-	if !slices.Equal(found, want) {
-		t.Errorf("recorded: got %v for the first five, want %v", found[:5], want[:5])
+	if !slices.Equal(snap.Found, want) {
+		t.Errorf("check: got %v for the first five, want %v", snap.Found[:5], want[:5])
 	}
 }
 
 // A record written by another client may carry any header, a Status too:
 // it is still a record, not the server's word.
-func TestLedgerRecordedTakesARecordWithAStatusHeaderForARecord(t *testing.T) {
+func TestLedgerCheckTakesARecordWithAStatusHeaderForARecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	js, kv := newBucket(t)
@@ -246,9 +246,9 @@ func TestLedgerRecordedTakesARecordWithAStatusHeaderForARecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := func(id string) *data.Job { return &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1} }
-	found, err := l.Recorded(ctx, []*data.Job{job("odd"), job("new")})
-	if err != nil || !slices.Equal(found, []bool{true, false}) {
-		t.Errorf("recorded: got %v, %v; want [true false]", found, err)
+	snap, err := l.Check(ctx, []*data.Job{job("odd"), job("new")})
+	if err != nil || !slices.Equal(snap.Found, []bool{true, false}) {
+		t.Errorf("check: got %+v, %v; want [true false]", snap, err)
 	}
 }
 

@@ -35,15 +35,6 @@ type Config struct {
 	// running and waiting: a pull asks for no more than the room left. A
 	// job larger than the bound still runs, alone. Defaults to 32 MiB.
 	PrefetchBytes int64
-	// PreparedClaims lets a first attempt with no ledger record run before
-	// its claim is written (the claim is written by its completion, or by
-	// its first heartbeat): one ledger write per job instead of two. Off by
-	// default, because it trusts the server's delivery count, which the
-	// server saves only every 100ms or so: after the server dies, jobs it
-	// delivered just before run again as first attempts, not marked
-	// resumed, and with an external server that restarts while jobq runs,
-	// alongside their first run.
-	PreparedClaims bool
 	// RetryBackoff is the delay before attempt n+1 after attempt n failed:
 	// RetryBackoff[n-1], the last entry repeating. Defaults to 1s, 10s, 1m.
 	RetryBackoff []time.Duration

@@ -29,11 +29,11 @@ func (p *Pool) fetch(ctx context.Context) {
 		}
 		want, budget, alone := p.pullSize(n)
 		if want == 0 {
-			p.giveBack(n) // a hold ended since takeRoom: no byte room after all
+			p.giveBack(n) // no byte room after all
 			continue
 		}
 		p.bigAt = -1
-		busy, start := p.busyBytes(), time.Now()
+		busy, start := p.bytes.Load(), time.Now()
 		got, err := p.fetchBatch(want, budget)
 		p.giveBack(n - got)
 		if got > 0 || time.Since(start) >= p.fetchWait/2 {
@@ -78,7 +78,6 @@ func (p *Pool) takeRoom(ctx context.Context) (int, bool) {
 		select {
 		case <-p.tokens:
 			n++
-		case <-p.heldWake:
 		case <-ctx.Done():
 			p.giveBack(n)
 			return 0, false
@@ -99,19 +98,17 @@ func (p *Pool) takeRoom(ctx context.Context) (int, bool) {
 // room before it pulls.
 //
 // While the pool holds enough jobs to keep its workers busy, it waits for
-// room for half of itself, so that pulls are few and large. Held jobs (see
-// hold) keep no worker busy.
+// room for half of itself, so that pulls are few and large.
 //
 // While the jobs it holds leave no byte room, or no more than when the last
 // pull found the next job too big for it (bigAt), it waits for one to
-// finish: every job gives back its bytes before its token. A job that
-// becomes held makes room too, without a token: it sends heldWake.
+// finish: every job gives back its bytes before its token.
 func (p *Pool) shortOfRoom(n int) bool {
-	busyJobs := cap(p.tokens) - n - len(p.tokens) - int(p.held.Load())
+	busyJobs := cap(p.tokens) - n - len(p.tokens)
 	if n < cap(p.tokens)/2 && busyJobs > 2*p.cfg.Workers {
 		return true
 	}
-	busy := p.busyBytes()
+	busy := p.bytes.Load()
 	return n < cap(p.tokens) && busy > 0 && (p.byteRoom() <= 0 || p.bigAt >= 0 && busy >= p.bigAt)
 }
 
@@ -121,7 +118,7 @@ func (p *Pool) shortOfRoom(n int) bool {
 func (p *Pool) pullSize(n int) (want int, budget int64, alone bool) {
 	want, budget = n, p.byteRoom()
 	switch {
-	case p.busyBytes() == 0 && (budget <= 0 || p.bigAt >= 0):
+	case p.bytes.Load() == 0 && (budget <= 0 || p.bigAt >= 0):
 		// A pool that holds no payload takes the next job whatever its
 		// size, alone.
 		want, budget, alone = 1, 0, true
@@ -144,17 +141,8 @@ func (p *Pool) giveBack(n int) {
 	}
 }
 
-// busyBytes is the payload the pool holds, but for held jobs (see hold):
-// they keep no worker busy and may not hold up fresh jobs, so they have
-// an allowance of PrefetchBytes of their own. Held jobs beyond it count,
-// so the pool holds at most twice PrefetchBytes, besides one job larger
-// than that taken alone (see pullSize).
-func (p *Pool) busyBytes() int64 {
-	return p.bytes.Load() - min(p.heldBytes.Load(), p.cfg.PrefetchBytes)
-}
-
 // byteRoom is how many more payload bytes the pool may hold.
-func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.busyBytes() }
+func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.bytes.Load() }
 
 // admit starts a fetched job's claim and queues it.
 func (p *Pool) admit(msg jetstream.Msg) {

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -12,8 +11,9 @@ import (
 
 // heartbeats keeps the leases of claimed and running jobs: every AckWait/3
 // each gets InProgress, which resets the server's ack wait, and a renewal of
-// its ledger claim. A lost claim cancels the job's handler. One loop serves
-// all jobs, so a job costs no goroutine of its own.
+// its ledger claim, or of the pool's lease for the jobs that run on it. A
+// lost claim or lease cancels the job's handler. One loop serves all jobs,
+// so a job costs no goroutine of its own.
 type heartbeats struct {
 	mu   sync.Mutex
 	jobs map[*inflight]struct{}
@@ -42,6 +42,7 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 	t := time.NewTicker(max(every/4, 10*time.Millisecond))
 	defer t.Stop()
 	var due []*inflight
+	collected := time.Now()
 	for {
 		select {
 		case <-done:
@@ -65,6 +66,29 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 		for _, it := range due {
 			p.renew(ctx, it)
 		}
+		if p.leasing {
+			p.lease.renew(context.WithoutCancel(ctx), p)
+			if now.Sub(collected) >= p.cfg.lease() {
+				collected = now
+				p.lease.collect(context.WithoutCancel(ctx), p)
+			}
+		}
+	}
+}
+
+// loseLeased cancels the handlers of the jobs that run on the pool's lease.
+func (h *heartbeats) loseLeased(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for it := range h.jobs {
+		it.mu.Lock()
+		if it.unclaimed && !it.closed {
+			it.closed, it.lost = true, true
+			if it.cancel != nil {
+				it.cancel(cause)
+			}
+		}
+		it.mu.Unlock()
 	}
 }
 
@@ -81,26 +105,16 @@ func (p *Pool) keepAlive(it *inflight) {
 	}
 }
 
-// renew extends it's claim, or writes it if it is a prepared one.
+// renew extends it's claim. A job on the pool's lease has none of its own.
 func (p *Pool) renew(ctx context.Context, it *inflight) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed {
-		return
-	}
-	lazy := it.unclaimed && it.claim.Revision == 0
-	if p.cfg.NoLedger || it.claim.Revision == 0 && !lazy {
+	if it.closed || p.cfg.NoLedger || it.claim.Revision == 0 {
 		return // no claim to renew (yet)
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	// A prepared claim is written now: from here another copy of the job
-	// finds it. One that cannot be written ends the attempt, as a lost one
-	// does, since a copy would not see it.
 	err := p.ledger.Renew(opCtx, &it.claim)
-	if lazy && err != nil && !errors.Is(err, data.ErrClaimLost) {
-		err = fmt.Errorf("%w: %w", data.ErrClaimLost, err)
-	}
 	if errors.Is(err, data.ErrClaimLost) {
 		it.closed, it.lost = true, true
 		if it.cancel != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,8 @@ func TestMetricsCountJobOutcomes(t *testing.T) {
 	reg.MustRegister(queue.NewStatusCollector(b.obj, 5*time.Second))
 
 	release := make(chan struct{})
+	slowStarted := make(chan struct{})
+	var slowOnce sync.Once
 	h := handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		switch job.ID {
 		case "flaky-1":
@@ -39,6 +42,7 @@ func TestMetricsCountJobOutcomes(t *testing.T) {
 		case "bad-always":
 			return errors.New("still down")
 		case "slow-1":
+			slowOnce.Do(func() { close(slowStarted) })
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -64,7 +68,7 @@ func TestMetricsCountJobOutcomes(t *testing.T) {
 
 	b.startPool(t, h)
 	b.waitState(t, "ok-0", data.StateDone)
-	b.waitState(t, "slow-1", data.StateRunning)
+	<-slowStarted
 	// A copy of a done job and a copy of the running one, stored as
 	// distinct messages under the same job IDs, as a re-drive would be.
 	for _, id := range []string{"ok-0", "slow-1"} {

@@ -25,13 +25,14 @@ const opTimeout = 10 * time.Second
 // Pool runs jobs from WORKER through a handler, Workers at a time, keeping
 // the exactly-once protocol for each:
 //
-//  1. claim the job in the ledger (a create, or a compare-and-set over an
-//     expired claim); a job recorded done is acked without running. With
-//     Config.PreparedClaims, a first attempt with no record and no possible
-//     copy runs on a prepared claim instead, which its first write creates
-//     (see startClaims);
-//  2. run the handler, renewing the claim and sending InProgress every
-//     AckWait/3 so the job is not redelivered while it runs;
+//  1. claim the job in the ledger: a job with no record and in no lease
+//     goes into the pool's lease, one write for a fetched batch, and its
+//     first write after that creates its record (see admitBatch); any
+//     other job is claimed with a compare-and-set on its record, and one
+//     recorded done is acked without running;
+//  2. run the handler, renewing the claim or the lease and sending
+//     InProgress every AckWait/3 so the job is not redelivered while it
+//     runs;
 //  3. record the outcome with a compare-and-set on the claim;
 //  4. then ack (done, dead-lettered) or Nak with the retry delay.
 //
@@ -42,13 +43,14 @@ const opTimeout = 10 * time.Second
 // The steps are pipelined so that round trips overlap: a fetcher pulls at
 // most as many jobs as the pool has room for (Workers running plus Prefetch
 // waiting, being claimed or completed); a claim starter reads the records
-// of the fetched jobs in one batch and sends the claims that are needed
-// without waiting, at most claimAhead of them before a worker takes one; a
+// of the fetched jobs and the leases in one batch, writes the pool's lease
+// and sends the claims that are needed without waiting, at most claimAhead
+// of them before a worker takes one; a
 // claimer hands each confirmed claim to a worker; a worker runs the handler
 // and starts the completion write; an acker acks each job once its
 // completion is confirmed. Every job the pool holds gets heartbeats from one
 // loop. The fetcher is in fetch.go and pull.go, the claim starter and the
-// claimer in claims.go, the heartbeats in heartbeats.go; the workers and the
+// claimer in claims.go and lease.go, the heartbeats in heartbeats.go; the workers and the
 // acker are here.
 type Pool struct {
 	obj     *Objects
@@ -77,10 +79,10 @@ type Pool struct {
 	work    chan *inflight // claimed, waiting for a worker
 	dones   chan *inflight // handler done, completion on its way
 	beats   *heartbeats
-	fresh   freshness
-	// readsOff: no batched ledger reads before then, after one failed.
-	// Used by startClaims only.
-	readsOff time.Time
+	lease   *lease
+	// leasing: the server takes lease writes (see data's Leases); with
+	// one too old, every job is claimed first.
+	leasing bool
 
 	running     atomic.Bool
 	handling    atomic.Int64 // handlers running now, for InFlight
@@ -89,12 +91,6 @@ type Pool struct {
 	fetchDone   chan struct{}
 	finished    chan struct{}
 	sweeping    sync.WaitGroup
-	holding     sync.WaitGroup // held re-driven jobs (see hold)
-	held        atomic.Int64   // how many
-	heldBytes   atomic.Int64   // their payload bytes
-	heldWake    chan struct{}  // a job became held (see fetch)
-	heldMu      sync.Mutex
-	heldKeys    map[string]int // their ledger keys
 	stopOnce    sync.Once
 }
 
@@ -114,12 +110,12 @@ type inflight struct {
 	write   *data.PendingWrite
 	took    time.Duration
 	hctx    handlerCtx // the worker's handler context
-	// unclaimed: the job had no record and runs on a prepared claim that
-	// its first write creates (see startClaims).
+	// unclaimed: the job had no record and runs on the pool's lease, with
+	// a prepared claim that its first write turns into its record (see
+	// admitBatch).
 	unclaimed bool
-	// held: a re-driven job with no record, kept for AckWait before its
-	// claim (see hold).
-	held bool
+	// ran: its handler started.
+	ran bool
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -149,8 +145,9 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		work:      make(chan *inflight, capacity),
 		dones:     make(chan *inflight, capacity),
 		beats:     &heartbeats{jobs: map[*inflight]struct{}{}},
+		lease:     newLease(),
+		leasing:   !cfg.NoLedger && takesLeases(obj),
 		bigAt:     -1,
-		heldWake:  make(chan struct{}, 1),
 		fetchWait: cfg.FetchWait,
 	}
 	if info := obj.Worker.CachedInfo(); info != nil {
@@ -252,6 +249,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 			}
 		}
 		p.workCancel()
+		p.lease.close(p)
 		p.ledger.Close()
 		p.log.Info().Msg("workers stopped")
 	})
@@ -267,8 +265,18 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	it := &inflight{msg: msg, job: job}
-	if !p.cfg.NoLedger && !p.claimed(ctx, it) {
-		return
+	if !p.cfg.NoLedger {
+		defer p.lease.close(p)
+		defer p.leaveLease(it)
+		if p.leasing {
+			leased, first := p.admitBatch(ctx, []*inflight{it})
+			if len(leased)+len(first) == 0 {
+				return // handed back
+			}
+		}
+		if !it.unclaimed && !p.claimed(ctx, it) {
+			return
+		}
 	}
 	if !p.runOne(ctx, it) {
 		return
@@ -284,13 +292,28 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 	p.ack(opCtx, msg, *p.jobLog(job))
 }
 
-// release frees one job's room in the pool: its bytes, then its token.
-// it is nil for a message that was never admitted.
+// release frees one job's room in the pool: its bytes, its place in the
+// lease, then its token. it is nil for a message that was never admitted.
 func (p *Pool) release(it *inflight) {
 	if it != nil {
 		p.bytes.Add(-it.size)
+		p.leaveLease(it)
 	}
 	p.tokens <- struct{}{}
+}
+
+// leaveLease drops a job that ran on the pool's lease from it once it is
+// through: its record is stored, or it was lost to another holder. One
+// whose handler ran and whose outcome could not be recorded stays a while
+// (see leased.orphan).
+func (p *Pool) leaveLease(it *inflight) {
+	if !it.unclaimed {
+		return
+	}
+	it.mu.Lock()
+	orphan := it.ran && it.claim.Revision == 0 && !it.lost
+	it.mu.Unlock()
+	p.lease.done(data.Key(it.job.ID), orphan)
 }
 
 // jobLog returns a logger with job's fields. It is built only when a job
@@ -347,6 +370,9 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 		return false
 	}
 	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
+	it.mu.Lock()
+	it.ran = true
+	it.mu.Unlock()
 	start := time.Now()
 	p.handling.Add(1)
 	herr := p.run(ctx, it)

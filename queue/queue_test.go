@@ -437,11 +437,10 @@ func TestDoneMeansDoneAfterDedupeWindow(t *testing.T) {
 		name string
 		cfg  queue.Config
 	}{
-		// A window shorter than AckWait: every job is claimed first.
-		{"claimed", queue.Config{DedupeWindow: time.Second}},
-		// A window longer than AckWait: the republished job has no copy in
-		// JOB, so it goes by the batched read, which finds the record.
-		{"unclaimed", queue.Config{PreparedClaims: true, DedupeWindow: 2 * time.Second, AckWait: time.Second}},
+		// The republished job finds the record in the batched read, with
+		// a window shorter or longer than AckWait.
+		{"short window", queue.Config{DedupeWindow: time.Second}},
+		{"long window", queue.Config{DedupeWindow: 2 * time.Second, AckWait: time.Second}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -920,19 +919,18 @@ func TestShutdownReleasesUnstartedJobsUnresumed(t *testing.T) {
 	}
 }
 
-// By default every job is claimed before it runs and its completion recorded
-// after: two ledger writes per job. With PreparedClaims, a fresh job's
-// completion write creates its record: one.
+// A fresh job runs on the pool's lease, written once per fetched batch, and
+// its completion write creates its record: one ledger write per job, and a
+// few for the lease.
 func TestLedgerWritesPerJob(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name     string
-		prepared bool
-		writes   uint64
-	}{{"claims first", false, 2}, {"prepared claims", true, 1}} {
+		name    string
+		workers int
+	}{{"four workers", 4}, {"one worker", 1}} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, queue.Config{PreparedClaims: tt.prepared, Workers: 4})
+			b := setup(t, queue.Config{Workers: tt.workers})
 			const n = 200
 			for i := range n {
 				b.enqueue(t, "job.one", fmt.Sprintf("one-%d", i), "x")
@@ -955,19 +953,19 @@ func TestLedgerWritesPerJob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if info.State.LastSeq != tt.writes*n {
-				t.Errorf("ledger writes: got %d for %d jobs, want %d per job", info.State.LastSeq, n, tt.writes)
+			if got := info.State.LastSeq; got <= n || got > n+n/20 {
+				t.Errorf("ledger writes: got %d for %d jobs, want one per job and at most one lease write per 20 jobs", got, n)
 			}
 		})
 	}
 }
 
-func TestLongUnclaimedJobWritesItsClaim(t *testing.T) {
+func TestLongJobOnTheLeaseKeepsItsCopiesOut(t *testing.T) {
 	t.Parallel()
-	// Fresh jobs run on a prepared claim. One that runs on gets its claim
-	// written by its first heartbeat (AckWait/3), so a copy published after
-	// the dedupe window finds it and is not run beside it.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, DedupeWindow: 2 * time.Second, AckWait: time.Second})
+	// Fresh jobs run on the pool's lease, renewed every AckWait/3: a copy
+	// published after the dedupe window, long after the job started, finds
+	// it there and is not run beside it.
+	b := setup(t, queue.Config{Workers: 2, DedupeWindow: 2 * time.Second, AckWait: time.Second})
 	c := newCounter()
 	release := make(chan struct{})
 	started := make(chan struct{}, 2)
@@ -982,10 +980,6 @@ func TestLongUnclaimedJobWritesItsClaim(t *testing.T) {
 	}))
 	b.enqueue(t, "job.long", "long-1", "x")
 	<-started
-	rec := b.waitState(t, "long-1", data.StateRunning)
-	if rec.Resumed || rec.Attempts != 1 {
-		t.Errorf("written claim: got %+v, want attempt 1, not resumed", rec)
-	}
 	b.republishAfterWindow(t, "job.long", "long-1", "x")
 	// The copy is acked as a duplicate of the running job.
 	b.waitOnlyRunningLeft(t)
@@ -1002,7 +996,7 @@ func TestOldCopiesAreClaimedBeforeTheyRun(t *testing.T) {
 	// Two copies of one job wait in JOB, published a dedupe window apart.
 	// JOB's oldest job is older than the window less AckWait, so each is
 	// claimed before it runs and only one runs.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 4, DedupeWindow: 2 * time.Second, AckWait: time.Second})
+	b := setup(t, queue.Config{Workers: 4, DedupeWindow: 2 * time.Second, AckWait: time.Second})
 	b.enqueue(t, "job.copy", "copy-1", "x")
 	b.republishAfterWindow(t, "job.copy", "copy-1", "x")
 	c := newCounter()
@@ -1014,15 +1008,18 @@ func TestOldCopiesAreClaimedBeforeTheyRun(t *testing.T) {
 	c.wantOnce(t, "copy-1")
 }
 
-func TestUnclaimedJobStopsWhenItsClaimCannotBeWritten(t *testing.T) {
+func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	t.Parallel()
-	// A record appears under a running unclaimed job's key before its first
-	// heartbeat: the claim cannot be written, so the handler is cancelled
-	// and the record is left to its writer.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 1, AckWait: 3 * time.Second})
+	// A job runs on the pool's lease. The bucket starts refusing writes to
+	// keys that exist (discard new per subject), so the lease cannot be
+	// renewed: before it ends, the handler is cancelled, since another pool
+	// may take the job over then. The job stays in JOB, and runs again as
+	// a resumed attempt once the bucket takes writes again.
+	b := setup(t, queue.Config{Workers: 1, AckWait: 3 * time.Second})
 	started := make(chan struct{})
 	cause := make(chan error, 1)
-	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+	c := newCounter()
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
 		if job.Attempt > 1 {
 			return nil
 		}
@@ -1033,23 +1030,38 @@ func TestUnclaimedJobStopsWhenItsClaimCannotBeWritten(t *testing.T) {
 	}))
 	b.enqueue(t, "job.lost", "lost-1", "x")
 	<-started
-	other := data.NewLedger(b.obj.Ledger, time.Hour, nil)
-	if _, err := other.Claim(context.Background(), &data.Job{ID: "lost-1", Subject: "job.lost", Seq: 1, Attempt: 1}, "elsewhere"); err != nil {
-		t.Fatalf("claim from elsewhere: %v", err)
+	ctx := context.Background()
+	setDiscardPerSubject := func(on bool) {
+		t.Helper()
+		st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.DiscardNewPerSubject = on
+		if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatalf("discard new per subject %v: %v", on, err)
+		}
 	}
+	setDiscardPerSubject(true)
 	select {
 	case err := <-cause:
 		if !errors.Is(err, data.ErrClaimLost) {
 			t.Errorf("handler cancelled with %v, want ErrClaimLost", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("handler still running 10s after its claim could not be written")
-	}
-	if rec := b.record(t, "lost-1"); rec.State != data.StateRunning || rec.Worker != "elsewhere" {
-		t.Errorf("record: got %+v, want the other claim untouched", rec)
+		t.Fatal("handler still running 10s after its lease could no longer be renewed")
 	}
 	if st := b.status(t); st.Stream.Messages != 1 {
-		t.Errorf("JOB holds %d jobs, want the job kept for its holder", st.Stream.Messages)
+		t.Errorf("JOB holds %d jobs, want the job kept for another run", st.Stream.Messages)
+	}
+	setDiscardPerSubject(false)
+	b.waitDrained(t)
+	if got := c.get("lost-1"); got != 2 {
+		t.Errorf("job ran %d times, want 2", got)
+	}
+	if rec := b.record(t, "lost-1"); rec.State != data.StateDone || !rec.Resumed {
+		t.Errorf("record: got %+v, want done, resumed", rec)
 	}
 }
 
@@ -1059,7 +1071,7 @@ func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
 	// is held for AckWait, by when the running job's claim is written; it
 	// is then acked as a duplicate, and the job runs once. The hold keeps
 	// the copy (heartbeats), so it costs none of its deliveries.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: 3 * time.Second})
+	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
 	c := newCounter()
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
@@ -1092,10 +1104,10 @@ func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
 
 func TestPoolClaimsEveryJobWhenBatchedReadsFail(t *testing.T) {
 	t.Parallel()
-	// A bucket without direct gets (as an older server or a hand-made
-	// bucket may have) cannot answer the batched read: every job is claimed
-	// first, and each still runs once. (Only prepared claims read first.)
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2})
+	// A bucket without direct gets (as a hand-made bucket may have) cannot
+	// answer the batched reads that leases need: every job is claimed
+	// first, and each still runs once.
+	b := setup(t, queue.Config{Workers: 2})
 	ctx := context.Background()
 	st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
 	if err != nil {
@@ -1133,7 +1145,7 @@ func TestCopyOfAHeldJobIsClaimed(t *testing.T) {
 	// under its ID late in the hold, too late for a heartbeat to write its
 	// claim before the hold ends, is claimed before it runs, so the held
 	// copy finds it, and the job runs once.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: 6 * time.Second})
+	b := setup(t, queue.Config{Workers: 2, AckWait: 6 * time.Second})
 	c := newCounter()
 	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
 		select {
@@ -1157,7 +1169,7 @@ func TestRedriveWritesTheRecordFirst(t *testing.T) {
 	// A dead letter whose record is gone is re-driven: the record is
 	// written before the copy is published, so a copy published by the
 	// producer meanwhile is claimed, and only one runs.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: 3 * time.Second, MaxDeliver: 1})
+	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second, MaxDeliver: 1})
 	b.enqueue(t, "job.d", "dl-1", "x")
 	fail := b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
 		return handlers.Permanent(errors.New("broken"))
@@ -1200,10 +1212,10 @@ func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
 	// Two copies stored under a short window, then the window lengthened in
 	// place: the copies may be closer than the new window, so while they
 	// are in JOB every job is claimed, and the job runs once.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: time.Second, DedupeWindow: 300 * time.Millisecond, ProcessedTTL: time.Hour})
+	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 300 * time.Millisecond, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-1", "a")
 	b.republishAfterWindow(t, "job.d", "dup-1", "b")
-	b2 := setupOn(t, b.srv, queue.Config{PreparedClaims: true, Workers: 2, AckWait: time.Second, DedupeWindow: time.Hour, ProcessedTTL: 2 * time.Hour})
+	b2 := setupOn(t, b.srv, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: time.Hour, ProcessedTTL: 2 * time.Hour})
 	info, err := b2.obj.Jobs.Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -1220,65 +1232,11 @@ func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
 	// with a plain stream edit (as nats stream edit does), which leaves no
 	// note in JOB's metadata: the pool keeps to the shorter window, so both
 	// copies are claimed, and the job runs once.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, AckWait: time.Second, DedupeWindow: 2 * time.Second, ProcessedTTL: time.Hour})
+	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 2 * time.Second, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-2", "a")
 	b.republishAfterWindow(t, "job.d", "dup-2", "b")
 	b.editJobs(t, func(c *jetstream.StreamConfig) { c.Duplicates = time.Hour })
 	b.wantRunOnce(t, "dup-2")
-}
-
-func TestHeldJobsDoNotHoldUpFreshOnes(t *testing.T) {
-	t.Parallel()
-	// Held jobs keep no worker busy and have a byte allowance of their own:
-	// a fresh job is fetched and run while they wait, though they hold as
-	// much payload as the whole budget.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, Prefetch: 20, AckWait: 15 * time.Second, PrefetchBytes: 96_000, MaxPayload: 16 << 10})
-	fresh := make(chan struct{})
-	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
-		if job.ID == "fresh" {
-			close(fresh)
-		}
-		return nil
-	}))
-	for i := range 6 {
-		b.publishCopyOf(t, "job.h", fmt.Sprintf("redrive-%d", i), fmt.Sprintf("gone-%d", i), make([]byte, 16_000))
-	}
-	b.waitAckPending(t, 6)
-	time.Sleep(500 * time.Millisecond) // the pull that fetched them has ended
-	b.enqueue(t, "job.h", "fresh", "x")
-	select {
-	case <-fresh:
-	case <-time.After(4 * time.Second): // well under the holds' 15s
-		t.Fatal("fresh job still waiting behind held jobs")
-	}
-}
-
-func TestPrefetchBytesBoundsHeldJobs(t *testing.T) {
-	t.Parallel()
-	// Held jobs' allowance is the budget again, no more: of twelve held
-	// copies of 16,000 bytes against a 50,000-byte budget the pool takes
-	// six (three per pull), then waits for the holds to end. Every job
-	// then runs once.
-	b := setup(t, queue.Config{PreparedClaims: true, Workers: 2, Prefetch: 20, AckWait: 4 * time.Second, PrefetchBytes: 50_000, MaxPayload: 16 << 10})
-	c := newCounter()
-	b.startPool(t, c.wrap(func(context.Context, *data.Job) error { return nil }))
-	for i := range 12 {
-		b.publishCopyOf(t, "job.h", fmt.Sprintf("redrive-%d", i), fmt.Sprintf("gone-%d", i), make([]byte, 16_000))
-	}
-	waitFor(t, 20*time.Second, func() error {
-		if got := b.status(t).Consumer.AckPending; got < 6 {
-			return fmt.Errorf("WORKER has %d jobs ack pending, want 6", got)
-		}
-		return nil
-	})
-	time.Sleep(time.Second) // several pulls' waits, well under the 4s holds
-	if got := b.status(t).Consumer.AckPending; got != 6 {
-		t.Errorf("pool holds %d held jobs of 16,000 bytes against a 50,000-byte budget, want 6", got)
-	}
-	b.waitDrained(t)
-	for i := range 12 {
-		c.wantOnce(t, fmt.Sprintf("gone-%d", i))
-	}
 }
 
 func TestPrefetchBytesBoundsTheJobsInHand(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/data"
 )
 
 // Status is a snapshot of jobq's JetStream objects.
@@ -44,7 +46,10 @@ type ConsumerStatus struct {
 type LedgerStatus struct {
 	Bucket  string `json:"bucket"`
 	Records uint64 `json:"records"`
-	Bytes   uint64 `json:"bytes"`
+	// Leases counts the worker pools' leases (see data.Lease), live or
+	// ended, which are kept in the bucket beside the records.
+	Leases uint64 `json:"leases"`
+	Bytes  uint64 `json:"bytes"`
 	TTL     string `json:"ttl"`
 }
 
@@ -98,7 +103,31 @@ func ReadStatus(ctx context.Context, o *Objects) (Status, error) {
 		return st, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
 	}
 	st.Ledger = LedgerStatus{Bucket: ks.Bucket(), Records: ks.Values(), Bytes: ks.Bytes(), TTL: ks.TTL().String()}
+	leases, err := countLeases(ctx, o.JS)
+	if err != nil {
+		return st, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
+	}
+	st.Ledger.Leases = leases
+	st.Ledger.Records -= min(leases, st.Ledger.Records)
 	return st, nil
+}
+
+// countLeases counts the lease messages in the processed bucket, delete
+// markers included, as its value count does.
+func countLeases(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	s, err := js.Stream(ctx, "KV_"+BucketProcessed)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+BucketProcessed+"."+data.LeasePrefix+">"))
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n, nil
 }
 
 func streamStatus(si *jetstream.StreamInfo) StreamStatus {

@@ -1,0 +1,154 @@
+package data
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Leases. A job without a record of its own runs under its pool's lease: one
+// record per pool, under the key "_claims." + the pool's owner ID, that lists
+// the jobs it runs and when the lease ends. It replaces a claim per job with
+// one write per fetched batch, and it does not trust the server's delivery
+// count, which the server saves only every 100ms or so.
+//
+// The rules, which queue.Pool keeps:
+//
+//  1. A job without a record runs only once it is in its pool's stored
+//     lease; the first write through its prepared claim (Prepare) creates
+//     its record, and from then on the record decides.
+//  2. A pool adds a job to its lease only after a Check that shows the job
+//     without a record and in no lease, with a write that expects the last
+//     lease sequence that Check saw (WriteLease): of two pools that take
+//     the same job, the second write fails and its next Check finds the
+//     first.
+//  3. A job in a lease that is live is not run by anyone else; one in a
+//     lease that ended may have run, so it is claimed (Claim) as a resumed
+//     attempt, and the records' compare-and-set decides between takers.
+//  4. A pool drops a job from its lease only after the job's record is
+//     stored, so at any moment one of them says that the job may be running.
+//
+// LeasePrefix is the key prefix of leases. Job keys never hold a dot (see
+// Key), so none is under it.
+const LeasePrefix = "_claims."
+
+// ErrLeaseRaced: another pool wrote its lease since the Check that a lease
+// write expected; check again.
+var ErrLeaseRaced = errors.New("another pool's lease changed meanwhile")
+
+// Lease is a pool's lease: the jobs it runs without a record of their own.
+type Lease struct {
+	Owner    string      `json:"-"` // from the key
+	Revision uint64      `json:"-"` // its stream sequence
+	Worker string      `json:"worker"`
+	Until  time.Time   `json:"until"`
+	Jobs   []LeasedJob `json:"jobs"`
+}
+
+// LeasedJob is one job in a lease: its key and stream sequence.
+type LeasedJob struct {
+	Key string `json:"k"`
+	Seq uint64 `json:"s"`
+}
+
+// Snapshot is what Check read: which jobs have a record, and every lease.
+type Snapshot struct {
+	Found  []bool // per job checked: it has a record
+	Leases []Lease
+	// LeaseSeq is the last sequence of any lease write, deletes included,
+	// for WriteLease to expect; 0 if there is none.
+	LeaseSeq uint64
+	leased   map[string][]leaseRef
+}
+
+type leaseRef struct {
+	lease int // index in Leases
+	seq   uint64
+}
+
+func (s *Snapshot) addLease(owner, seq string, msg *nats.Msg) error {
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if err != nil {
+		return fmt.Errorf("lease %s: bad sequence %q", owner, seq)
+	}
+	s.LeaseSeq = max(s.LeaseSeq, n)
+	if op := msg.Header.Get(kvOperation); op != "" {
+		return nil // deleted
+	}
+	ls := Lease{Owner: owner, Revision: n}
+	if err := json.Unmarshal(msg.Data, &ls); err != nil {
+		// Unreadable leases would hide jobs that may be running: the pool
+		// claims nothing new until someone looks.
+		return fmt.Errorf("lease %s: %w: %w", owner, ErrCorruptRecord, err)
+	}
+	if s.leased == nil {
+		s.leased = map[string][]leaseRef{}
+	}
+	for _, j := range ls.Jobs {
+		s.leased[j.Key] = append(s.leased[j.Key], leaseRef{lease: len(s.Leases), seq: j.Seq})
+	}
+	s.Leases = append(s.Leases, ls)
+	return nil
+}
+
+// Leased returns the lease of an owner other than except that lists key
+// (the one ending last, if several do) and the stream sequence listed with
+// it.
+func (s *Snapshot) Leased(key, except string) (*Lease, uint64, bool) {
+	var found *Lease
+	var seq uint64
+	for _, ref := range s.leased[key] {
+		ls := &s.Leases[ref.lease]
+		if ls.Owner != except && (found == nil || ls.Until.After(found.Until)) {
+			found, seq = ls, ref.seq
+		}
+	}
+	return found, seq, found != nil
+}
+
+// kvOperation is the header of a key/value delete or purge marker.
+const kvOperation = "KV-Operation"
+
+// WriteLease stores owner's lease if the last lease write is still the one
+// at sequence expect (Snapshot.LeaseSeq, or this pool's last write), and
+// returns its sequence. ErrLeaseRaced means another write came first.
+func (l *Ledger) WriteLease(ctx context.Context, owner string, ls Lease, expect uint64) (uint64, error) {
+	if l.js == nil {
+		return 0, errors.New("write lease: no connection")
+	}
+	b, err := json.Marshal(ls)
+	if err != nil {
+		return 0, err
+	}
+	msg := nats.NewMsg(l.prefix + LeasePrefix + owner)
+	msg.Data = b
+	ack, err := l.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequenceForSubject(expect, l.prefix+LeasePrefix+">"))
+	if isWrongLastSeq(err) {
+		return 0, fmt.Errorf("write lease: %w: %w", ErrLeaseRaced, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write lease: %w", err)
+	}
+	return ack.Sequence, nil
+}
+
+// DeleteLease removes owner's lease, as a pool does that stops with no job
+// left in it, or one that finds a lease that ended whose jobs all have
+// records now (which win over it). revision > 0 deletes it only if it is
+// still that write.
+func (l *Ledger) DeleteLease(ctx context.Context, owner string, revision uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if revision > 0 {
+		opts = append(opts, jetstream.LastRevision(revision))
+	}
+	if err := l.kv.Delete(ctx, LeasePrefix+owner, opts...); err != nil {
+		return fmt.Errorf("delete lease %s: %w", owner, err)
+	}
+	return nil
+}

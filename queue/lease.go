@@ -1,0 +1,331 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/jobq/jobq/data"
+)
+
+// lease is the pool's lease in the ledger (see data's Leases): the jobs it
+// runs without a record of their own, written once per fetched batch and
+// renewed by the heartbeat loop, not once per job.
+type lease struct {
+	owner string
+
+	// mu serialises the lease's writes and guards the rest.
+	mu    sync.Mutex
+	jobs  map[string]*leased // by key: in the stored lease, or going in
+	last  uint64             // the last lease sequence known, for the next write
+	until time.Time          // when the stored lease ends
+	wrote time.Time          // when it was last written
+	dirty bool               // jobs dropped since the last write
+}
+
+// leased is one job in the pool's lease.
+type leased struct {
+	seq uint64
+	// orphan: its handler ran but its outcome could not be recorded. It
+	// stays in the lease for one lease period, so that another copy does
+	// not run meanwhile as a first attempt; its own redelivery here is
+	// claimed as a resumed attempt.
+	orphan time.Time
+}
+
+func newLease() *lease { return &lease{owner: nuid.Next(), jobs: map[string]*leased{}} }
+
+// admitBatch decides how each job fetched together runs, and passes it on
+// to be claimed (see data's Leases for the rules):
+//
+//   - a job in a live lease, this pool's or another's, is released until
+//     that lease ends, or acked if it is a second copy of the leased job;
+//   - a job with a record, or in a lease that ended (it may have run), is
+//     claimed first, the latter as a resumed attempt;
+//   - the rest go into the pool's lease, in one write, and run on prepared
+//     claims that their outcome's write turns into records.
+//
+// It returns the jobs that run on the lease and those to claim first. A
+// failed read or write is retried until ctx ends; the jobs wait, with
+// heartbeats, and then go back to JOB.
+func (p *Pool) admitBatch(ctx context.Context, batch []*inflight) (leased, claimFirst []*inflight) {
+	backoff := 50 * time.Millisecond
+	jobs := make([]*data.Job, 0, len(batch))
+	for len(batch) > 0 {
+		jobs = jobs[:0]
+		for _, it := range batch {
+			jobs = append(jobs, it.job)
+		}
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		snap, err := p.ledger.Check(opCtx, jobs)
+		cancel()
+		if err == nil {
+			var first []*inflight
+			batch, first = p.sortBatch(snap, batch)
+			claimFirst = append(claimFirst, first...)
+			if len(batch) == 0 {
+				return nil, claimFirst
+			}
+			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+			err = p.lease.add(opCtx, p, batch, snap.LeaseSeq)
+			cancel()
+			if err == nil {
+				for _, it := range batch {
+					it.mu.Lock() // the heartbeat loop may look at it already
+					it.claim, it.unclaimed = p.ledger.Prepare(it.job, p.cfg.WorkerName), true
+					it.mu.Unlock()
+				}
+				return batch, claimFirst
+			}
+			if errors.Is(err, data.ErrLeaseRaced) {
+				continue // another pool's write came first: check again
+			}
+		}
+		p.log.Warn().Err(err).Int("jobs", len(batch)).Dur("retry_in", backoff).Msg("ledger check before running jobs failed: retrying")
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 5*time.Second)
+		case <-ctx.Done():
+			for _, it := range batch {
+				p.handBack(it, "shutdown before the job's ledger check")
+			}
+			return nil, claimFirst
+		}
+	}
+	return nil, claimFirst
+}
+
+// sortBatch hands back the jobs that a live lease holds, by snap, and
+// returns the jobs that go into the pool's lease and those to claim first.
+func (p *Pool) sortBatch(snap *data.Snapshot, batch []*inflight) (take, claimFirst []*inflight) {
+	now := time.Now()
+	take = make([]*inflight, 0, len(batch))
+	taking := make(map[string]uint64, len(batch))
+	for i, it := range batch {
+		key := data.Key(it.job.ID)
+		if seq, ok := taking[key]; ok {
+			p.leasedElsewhere(it, seq, now.Add(p.cfg.lease()))
+			continue
+		}
+		mine, until, orphan := p.lease.find(key)
+		ls, seq, leased := snap.Leased(key, p.lease.owner)
+		switch {
+		case mine != nil && !orphan:
+			p.leasedElsewhere(it, mine.seq, until)
+		case leased && now.Before(ls.Until):
+			p.leasedElsewhere(it, seq, ls.Until)
+		case snap.Found[i]:
+			claimFirst = append(claimFirst, it)
+		case leased || orphan:
+			// An earlier attempt may have run its handler.
+			it.job.Resumed = true
+			if orphan {
+				p.lease.drop(key)
+			}
+			claimFirst = append(claimFirst, it)
+		default:
+			taking[key] = it.job.Seq
+			take = append(take, it)
+		}
+	}
+	return take, claimFirst
+}
+
+// leasedElsewhere hands back a job that a lease holds until until: released
+// until then, or acked if it is a second copy of the leased job, which
+// stays in JOB until its outcome is recorded.
+func (p *Pool) leasedElsewhere(it *inflight, runningSeq uint64, until time.Time) {
+	p.beats.remove(it)
+	log := *p.jobLog(it.job)
+	if runningSeq != it.job.Seq {
+		log.Warn().Uint64("running_seq", runningSeq).Msg("duplicate of a running job: acked without running")
+		p.cfg.Metrics.jobSkipped(it.job.Subject)
+		p.ack(context.Background(), it.msg, log)
+	} else {
+		delay := time.Until(until) + time.Second
+		log.Warn().Dur("retry_in", delay).Msg("job redelivered while a lease holds it: released")
+		p.nak(it.msg, delay, log)
+	}
+	p.release(it)
+}
+
+// handBack releases a fetched job that never ran, at once.
+func (p *Pool) handBack(it *inflight, why string) {
+	p.beats.remove(it)
+	log := *p.jobLog(it.job)
+	log.Info().Msg(why + ": released")
+	p.nak(it.msg, 0, log)
+	p.release(it)
+}
+
+// find returns key's entry in the lease, the lease's end, and whether the
+// entry is an orphan.
+func (l *lease) find(key string) (*leased, time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	j := l.jobs[key]
+	return j, l.until, j != nil && !j.orphan.IsZero()
+}
+
+// add writes the lease with batch's jobs in it, expecting the last lease
+// write at sequence expect.
+func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, expect uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	extra := make([]data.LeasedJob, len(batch))
+	for i, it := range batch {
+		extra[i] = data.LeasedJob{Key: data.Key(it.job.ID), Seq: it.job.Seq}
+	}
+	if err := l.writeLocked(ctx, p, expect, extra); err != nil {
+		return err
+	}
+	for _, j := range extra {
+		l.jobs[j.Key] = &leased{seq: j.Seq}
+	}
+	return nil
+}
+
+// writeLocked stores the lease: its jobs, extra, and a new end. l.mu is
+// held.
+func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra []data.LeasedJob) error {
+	now := time.Now()
+	ls := data.Lease{Worker: p.cfg.WorkerName, Until: now.Add(p.cfg.lease()).UTC(), Jobs: make([]data.LeasedJob, 0, len(l.jobs)+len(extra))}
+	for key, j := range l.jobs {
+		if !j.orphan.IsZero() && now.Sub(j.orphan) > p.cfg.lease() {
+			delete(l.jobs, key)
+			continue
+		}
+		ls.Jobs = append(ls.Jobs, data.LeasedJob{Key: key, Seq: j.seq})
+	}
+	ls.Jobs = append(ls.Jobs, extra...)
+	seq, err := p.ledger.WriteLease(ctx, l.owner, ls, expect)
+	if err != nil {
+		return err
+	}
+	l.last, l.until, l.wrote, l.dirty = seq, ls.Until, now, false
+	return nil
+}
+
+// done drops a job from the lease once its record is stored, or keeps it as
+// an orphan for a while if its handler ran and no record could be stored.
+func (l *lease) done(key string, orphan bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if orphan {
+		if j := l.jobs[key]; j != nil {
+			j.orphan = time.Now()
+		}
+		return
+	}
+	l.dropLocked(key)
+}
+
+// drop drops key from the lease.
+func (l *lease) drop(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropLocked(key)
+}
+
+func (l *lease) dropLocked(key string) {
+	if _, ok := l.jobs[key]; ok {
+		delete(l.jobs, key)
+		l.dirty = true
+	}
+}
+
+// renew rewrites the lease with a new end, once per heartbeat while it
+// holds jobs, and once more after it dropped its last ones. A lease whose
+// renewals fail until its end is near cancels its jobs' handlers, since
+// another pool may take them over once it ends.
+func (l *lease) renew(ctx context.Context, p *Pool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.jobs) == 0 && !l.dirty || time.Since(l.wrote) < p.cfg.heartbeat() {
+		return
+	}
+	expect := l.last
+	var err error
+	for range 3 {
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		err = l.writeLocked(opCtx, p, expect, nil)
+		cancel()
+		if !errors.Is(err, data.ErrLeaseRaced) {
+			break
+		}
+		var snap *data.Snapshot
+		opCtx, cancel = context.WithTimeout(ctx, opTimeout)
+		snap, err = p.ledger.Check(opCtx, nil)
+		cancel()
+		if err != nil {
+			break
+		}
+		expect = snap.LeaseSeq
+	}
+	if err == nil {
+		return
+	}
+	p.log.Warn().Err(err).Time("lease_until", l.until).Msg("renew the pool's lease")
+	if len(l.jobs) > 0 && time.Until(l.until) < p.cfg.heartbeat()/2 {
+		p.beats.loseLeased(fmt.Errorf("%w: the pool's lease could not be renewed before its end: %w", data.ErrClaimLost, err))
+	}
+}
+
+// collect deletes the leases of other pools that ended a lease period ago
+// and whose jobs all have records now, which win over them: what a pool
+// that crashed leaves behind, once its jobs ran again.
+func (l *lease) collect(ctx context.Context, p *Pool) {
+	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	snap, err := p.ledger.Check(opCtx, nil)
+	if err != nil {
+		return
+	}
+	for i := range snap.Leases {
+		ls := &snap.Leases[i]
+		if ls.Owner == l.owner || time.Since(ls.Until) < p.cfg.lease() {
+			continue
+		}
+		if settled, err := p.ledger.Settled(opCtx, ls); err != nil || !settled {
+			continue
+		}
+		if err := p.ledger.DeleteLease(opCtx, ls.Owner, ls.Revision); err != nil {
+			p.log.Debug().Err(err).Str("owner", ls.Owner).Msg("delete a lease that ended")
+		}
+	}
+}
+
+// close deletes the lease of a pool that stops with no job left in it.
+func (l *lease) close(p *Pool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == 0 || len(l.jobs) > 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := p.ledger.DeleteLease(ctx, l.owner, 0); err != nil {
+		p.log.Warn().Err(err).Msg("delete the pool's lease: it stays until it ends")
+	}
+}
+
+// takesLeases reports whether leases work with obj: its server answers
+// batched reads and checks a write's expected sequence over a subject
+// filter (Nats-Expected-Last-Subject-Sequence-Subject), as nats-server 2.11
+// and later do, and its bucket allows direct gets. Every pool on a bucket
+// must agree, so a bucket that cannot be read now is taken to be jobq's,
+// which allows them.
+func takesLeases(obj *Objects) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(obj.JS.Conn().ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil || major < 2 || major == 2 && minor < 11 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	s, err := obj.JS.Stream(ctx, "KV_"+BucketProcessed)
+	return err != nil || s.CachedInfo().Config.AllowDirect
+}
