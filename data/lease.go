@@ -46,9 +46,9 @@ var ErrLeaseRaced = errors.New("another pool's lease changed meanwhile")
 type Lease struct {
 	Owner    string      `json:"-"` // from the key
 	Revision uint64      `json:"-"` // its stream sequence
-	Worker string      `json:"worker"`
-	Until  time.Time   `json:"until"`
-	Jobs   []LeasedJob `json:"jobs"`
+	Worker   string      `json:"worker"`
+	Until    time.Time   `json:"until"`
+	Jobs     []LeasedJob `json:"jobs"`
 }
 
 // LeasedJob is one job in a lease: its key and stream sequence.

@@ -138,9 +138,11 @@ type reads struct {
 // or Renew) creates the record and fails with ErrClaimLost if one appeared
 // meanwhile. A worker may run a job on a prepared claim only while its
 // pool's lease holds the job (see Leases); it saves the claim's write on the
-// happy path.
+// happy path. Like Claim, it sets job.Resumed.
 func (l *Ledger) Prepare(job *Job, worker string) Claim {
-	return Claim{Key: Key(job.ID), Record: l.newClaimRecord(job, worker)}
+	c := Claim{Key: Key(job.ID), Record: l.newClaimRecord(job, worker)}
+	job.Resumed = c.Record.Resumed
+	return c
 }
 
 // Close releases the subscriptions of batched reads and async writes; a

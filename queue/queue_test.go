@@ -1019,8 +1019,10 @@ func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	started := make(chan struct{})
 	cause := make(chan error, 1)
 	c := newCounter()
+	var resumedSeen atomic.Bool
 	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
 		if job.Attempt > 1 {
+			resumedSeen.Store(job.Resumed)
 			return nil
 		}
 		close(started)
@@ -1060,8 +1062,8 @@ func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	if got := c.get("lost-1"); got != 2 {
 		t.Errorf("job ran %d times, want 2", got)
 	}
-	if rec := b.record(t, "lost-1"); rec.State != data.StateDone || !rec.Resumed {
-		t.Errorf("record: got %+v, want done, resumed", rec)
+	if rec := b.record(t, "lost-1"); rec.State != data.StateDone || !rec.Resumed || !resumedSeen.Load() {
+		t.Errorf("record: got %+v, handler saw resumed %v; want done, resumed", rec, resumedSeen.Load())
 	}
 }
 

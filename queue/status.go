@@ -50,7 +50,7 @@ type LedgerStatus struct {
 	// ended, which are kept in the bucket beside the records.
 	Leases uint64 `json:"leases"`
 	Bytes  uint64 `json:"bytes"`
-	TTL     string `json:"ttl"`
+	TTL    string `json:"ttl"`
 }
 
 // Open looks up jobq's objects without creating or changing them, for client
