@@ -72,20 +72,20 @@ type leaseRef struct {
 	seq   uint64
 }
 
-func (s *Snapshot) addLease(owner, seq string, msg *nats.Msg) error {
+func (s *Snapshot) addLease(owner, seq string, skip bool, msg *nats.Msg) error {
 	n, err := strconv.ParseUint(seq, 10, 64)
 	if err != nil {
 		return fmt.Errorf("lease %s: bad sequence %q", owner, seq)
 	}
 	s.LeaseSeq = max(s.LeaseSeq, n)
-	if op := msg.Header.Get(kvOperation); op != "" {
-		return nil // deleted
+	if skip || msg.Header.Get(kvOperation) != "" {
+		return nil // left out, or deleted
 	}
 	ls := Lease{Owner: owner, Revision: n}
 	if err := json.Unmarshal(msg.Data, &ls); err != nil {
 		// Unreadable leases would hide jobs that may be running: the pool
 		// claims nothing new until someone looks.
-		return fmt.Errorf("lease %s: %w: %w", owner, ErrCorruptRecord, err)
+		return fmt.Errorf("lease %s%s: %w: %w (no pool takes new jobs while it is there; if no jobq worker wrote it, delete the key)", LeasePrefix, owner, ErrCorruptRecord, err)
 	}
 	if s.leased == nil {
 		s.leased = map[string][]leaseRef{}
@@ -97,15 +97,14 @@ func (s *Snapshot) addLease(owner, seq string, msg *nats.Msg) error {
 	return nil
 }
 
-// Leased returns the lease of an owner other than except that lists key
-// (the one ending last, if several do) and the stream sequence listed with
-// it.
-func (s *Snapshot) Leased(key, except string) (*Lease, uint64, bool) {
+// Leased returns the lease that lists key (the one ending last, if several
+// do) and the stream sequence listed with it.
+func (s *Snapshot) Leased(key string) (*Lease, uint64, bool) {
 	var found *Lease
 	var seq uint64
 	for _, ref := range s.leased[key] {
 		ls := &s.Leases[ref.lease]
-		if ls.Owner != except && (found == nil || ls.Until.After(found.Until)) {
+		if found == nil || ls.Until.After(found.Until) {
 			found, seq = ls, ref.seq
 		}
 	}

@@ -19,12 +19,15 @@ import (
 // writes. It is the check before jobs without a record go into a pool's
 // lease (see WriteLease). Any doubt is an error: a server without batched
 // reads, a response cut short.
-func (l *Ledger) Check(ctx context.Context, jobs []*Job) (*Snapshot, error) {
+//
+// The lease of owner mine is left out of Snapshot.Leases: a pool knows its
+// own.
+func (l *Ledger) Check(ctx context.Context, jobs []*Job, mine string) (*Snapshot, error) {
 	keys := make([]string, len(jobs))
 	for i, job := range jobs {
 		keys[i] = Key(job.ID)
 	}
-	return l.check(ctx, keys)
+	return l.check(ctx, keys, mine)
 }
 
 // Settled reports whether every job in ls has a record, which wins over
@@ -34,14 +37,14 @@ func (l *Ledger) Settled(ctx context.Context, ls *Lease) (bool, error) {
 	for i, j := range ls.Jobs {
 		keys[i] = j.Key
 	}
-	s, err := l.check(ctx, keys)
+	s, err := l.check(ctx, keys, "")
 	if err != nil {
 		return false, err
 	}
 	return !slices.Contains(s.Found, false), nil
 }
 
-func (l *Ledger) check(ctx context.Context, keys []string) (*Snapshot, error) {
+func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapshot, error) {
 	s := &Snapshot{Found: make([]bool, len(keys))}
 	if l.js == nil {
 		return nil, errors.New("read records: no connection for batched reads")
@@ -99,7 +102,7 @@ func (l *Ledger) check(ctx context.Context, keys []string) (*Snapshot, error) {
 		case "":
 			subj := msg.Header.Get(nats.JSSubject)
 			if owner, ok := strings.CutPrefix(subj, leases); ok {
-				if err := s.addLease(owner, seq, msg); err != nil {
+				if err := s.addLease(owner, seq, owner == mine, msg); err != nil {
 					return nil, fmt.Errorf("read leases: %w", err)
 				}
 				continue

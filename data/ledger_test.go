@@ -199,7 +199,7 @@ func TestLedgerCheckReadsManyKeysAtOnce(t *testing.T) {
 	job := func(id string) *data.Job { return &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1} }
 
 	// An empty bucket has no record for anyone.
-	snap, err := l.Check(ctx, []*data.Job{job("a"), job("b")})
+	snap, err := l.Check(ctx, []*data.Job{job("a"), job("b")}, "")
 	if err != nil || len(snap.Found) != 2 || snap.Found[0] || snap.Found[1] || len(snap.Leases) != 0 || snap.LeaseSeq != 0 {
 		t.Fatalf("empty bucket: got %+v, %v; want [false false] and no lease", snap, err)
 	}
@@ -220,7 +220,7 @@ func TestLedgerCheckReadsManyKeysAtOnce(t *testing.T) {
 	for i := range 300 { // more than one job per key, beyond one pull's worth
 		jobs = append(jobs, job(fmt.Sprintf("more-%d", i)))
 	}
-	snap, err = l.Check(ctx, jobs)
+	snap, err = l.Check(ctx, jobs, "")
 	if err != nil {
 		t.Fatalf("check: %v", err)
 	}
@@ -246,7 +246,7 @@ func TestLedgerCheckTakesARecordWithAStatusHeaderForARecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := func(id string) *data.Job { return &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1} }
-	snap, err := l.Check(ctx, []*data.Job{job("odd"), job("new")})
+	snap, err := l.Check(ctx, []*data.Job{job("odd"), job("new")}, "")
 	if err != nil || !slices.Equal(snap.Found, []bool{true, false}) {
 		t.Errorf("check: got %+v, %v; want [true false]", snap, err)
 	}

@@ -16,36 +16,24 @@ func claimAhead(workers int) int { return max(8*workers, 32) }
 // checkBatch is the most fetched jobs one batched ledger read covers.
 const checkBatch = 256
 
-// startClaims takes the fetched jobs that are waiting, up to checkBatch,
-// and decides how each runs (see admitBatch): most go into the pool's lease
-// in one ledger write and run on prepared claims; a job with a record, or
-// one a lease that ended may have run, is claimed first, at most claimAhead
-// of them before a worker takes one. Against a server too old for leases,
-// every job is claimed first.
+// startClaims takes the fetched jobs in batches, as checkBatches read the
+// ledger for them, and decides how each runs (see admitBatch): most go into
+// the pool's lease in one ledger write and run on prepared claims; a job
+// with a record, or one that a lease that ended may have run, is claimed
+// first, at most claimAhead of them before a worker takes one. Without
+// leases (see takesLeases), every job is claimed first.
 func (p *Pool) startClaims(ctx context.Context) {
-	batch := make([]*inflight, 0, checkBatch)
-	for it := range p.fetched {
-		batch = append(batch[:0], it)
-	more:
-		for len(batch) < checkBatch {
-			select {
-			case it, ok := <-p.fetched:
-				if !ok {
-					break more
-				}
-				batch = append(batch, it)
-			default:
-				break more
-			}
+	if !p.leasing {
+		for it := range p.fetched {
+			p.startClaim(it)
+			p.claims <- it
 		}
-		if !p.leasing {
-			for _, it := range batch {
-				p.startClaim(it)
-				p.claims <- it
-			}
-			continue
-		}
-		leased, first := p.admitBatch(ctx, batch)
+		return
+	}
+	checks := make(chan checked, 1)
+	go p.checkBatches(ctx, checks)
+	for c := range checks {
+		leased, first := p.admitBatch(ctx, c)
 		for _, it := range leased {
 			p.claims <- it
 		}

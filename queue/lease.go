@@ -39,8 +39,8 @@ type leased struct {
 
 func newLease() *lease { return &lease{owner: nuid.Next(), jobs: map[string]*leased{}} }
 
-// admitBatch decides how each job fetched together runs, and passes it on
-// to be claimed (see data's Leases for the rules):
+// admitBatch decides how each job fetched together runs (see data's Leases
+// for the rules):
 //
 //   - a job in a live lease, this pool's or another's, is released until
 //     that lease ends, or acked if it is a second copy of the leased job;
@@ -49,20 +49,15 @@ func newLease() *lease { return &lease{owner: nuid.Next(), jobs: map[string]*lea
 //   - the rest go into the pool's lease, in one write, and run on prepared
 //     claims that their outcome's write turns into records.
 //
-// It returns the jobs that run on the lease and those to claim first. A
-// failed read or write is retried until ctx ends; the jobs wait, with
-// heartbeats, and then go back to JOB.
-func (p *Pool) admitBatch(ctx context.Context, batch []*inflight) (leased, claimFirst []*inflight) {
+// c holds the batch and the ledger check made for it, which may be older
+// than the pool's last lease write (see checkBatches). It returns the jobs
+// that run on the lease and those to claim first. A failed read or write
+// is retried until ctx ends; the jobs wait, with heartbeats, and then go
+// back to JOB.
+func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst []*inflight) {
 	backoff := 50 * time.Millisecond
-	jobs := make([]*data.Job, 0, len(batch))
-	for len(batch) > 0 {
-		jobs = jobs[:0]
-		for _, it := range batch {
-			jobs = append(jobs, it.job)
-		}
-		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-		snap, err := p.ledger.Check(opCtx, jobs)
-		cancel()
+	batch, snap, err := c.batch, c.snap, c.err
+	for {
 		if err == nil {
 			var first []*inflight
 			batch, first = p.sortBatch(snap, batch)
@@ -81,22 +76,67 @@ func (p *Pool) admitBatch(ctx context.Context, batch []*inflight) (leased, claim
 				}
 				return batch, claimFirst
 			}
-			if errors.Is(err, data.ErrLeaseRaced) {
-				continue // another pool's write came first: check again
+		}
+		if !errors.Is(err, data.ErrLeaseRaced) { // else another pool's write came first: check again
+			p.log.Warn().Err(err).Int("jobs", len(batch)).Dur("retry_in", backoff).Msg("ledger check before running jobs failed: retrying")
+			select {
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 5*time.Second)
+			case <-ctx.Done():
+				for _, it := range batch {
+					p.handBack(it, "shutdown before the job's ledger check")
+				}
+				return nil, claimFirst
 			}
 		}
-		p.log.Warn().Err(err).Int("jobs", len(batch)).Dur("retry_in", backoff).Msg("ledger check before running jobs failed: retrying")
-		select {
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 5*time.Second)
-		case <-ctx.Done():
-			for _, it := range batch {
-				p.handBack(it, "shutdown before the job's ledger check")
-			}
-			return nil, claimFirst
-		}
+		snap, err = p.check(ctx, batch)
 	}
-	return nil, claimFirst
+}
+
+// checked is a fetched batch and the ledger check made for it.
+type checked struct {
+	batch []*inflight
+	snap  *data.Snapshot
+	err   error
+}
+
+// checkBatches reads the ledger for each batch of fetched jobs, up to
+// checkBatch at a time, one batch ahead of admitBatch, so that the read of
+// one batch overlaps the lease write of the one before. That is safe
+// because the checks are made one after the other: a lease write that
+// succeeds expecting the pool's own last write, or a later check's last
+// lease sequence, leaves no other pool's lease write unseen (see lease.add).
+func (p *Pool) checkBatches(ctx context.Context, out chan<- checked) {
+	defer close(out)
+	for it := range p.fetched {
+		batch := make([]*inflight, 1, checkBatch)
+		batch[0] = it
+	more:
+		for len(batch) < checkBatch {
+			select {
+			case it, ok := <-p.fetched:
+				if !ok {
+					break more
+				}
+				batch = append(batch, it)
+			default:
+				break more
+			}
+		}
+		snap, err := p.check(ctx, batch)
+		out <- checked{batch: batch, snap: snap, err: err}
+	}
+}
+
+// check reads the records of batch's jobs and every lease.
+func (p *Pool) check(ctx context.Context, batch []*inflight) (*data.Snapshot, error) {
+	jobs := make([]*data.Job, len(batch))
+	for i, it := range batch {
+		jobs[i] = it.job
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	return p.ledger.Check(ctx, jobs, p.lease.owner)
 }
 
 // sortBatch hands back the jobs that a live lease holds, by snap, and
@@ -112,7 +152,7 @@ func (p *Pool) sortBatch(snap *data.Snapshot, batch []*inflight) (take, claimFir
 			continue
 		}
 		mine, until, orphan := p.lease.find(key)
-		ls, seq, leased := snap.Leased(key, p.lease.owner)
+		ls, seq, leased := snap.Leased(key)
 		switch {
 		case mine != nil && !orphan:
 			p.leasedElsewhere(it, mine.seq, until)
@@ -171,11 +211,16 @@ func (l *lease) find(key string) (*leased, time.Time, bool) {
 	return j, l.until, j != nil && !j.orphan.IsZero()
 }
 
-// add writes the lease with batch's jobs in it, expecting the last lease
-// write at sequence expect.
-func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, expect uint64) error {
+// add writes the lease with batch's jobs in it. checked is the last lease
+// sequence of the check that found them free; the write expects it, or
+// this pool's own last write if that came later. Either way its success
+// means that no other pool wrote a lease the check did not see: checks are
+// made one after the other, and every write of this pool since the check
+// succeeded expecting the write before it.
+func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	expect := max(checked, l.last)
 	extra := make([]data.LeasedJob, len(batch))
 	for i, it := range batch {
 		extra[i] = data.LeasedJob{Key: data.Key(it.job.ID), Seq: it.job.Seq}
@@ -259,7 +304,7 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 		}
 		var snap *data.Snapshot
 		opCtx, cancel = context.WithTimeout(ctx, opTimeout)
-		snap, err = p.ledger.Check(opCtx, nil)
+		snap, err = p.ledger.Check(opCtx, nil, l.owner)
 		cancel()
 		if err != nil {
 			break
@@ -281,7 +326,7 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 func (l *lease) collect(ctx context.Context, p *Pool) {
 	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	snap, err := p.ledger.Check(opCtx, nil)
+	snap, err := p.ledger.Check(opCtx, nil, l.owner)
 	if err != nil {
 		return
 	}

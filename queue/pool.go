@@ -269,7 +269,9 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 		defer p.lease.close(p)
 		defer p.leaveLease(it)
 		if p.leasing {
-			leased, first := p.admitBatch(ctx, []*inflight{it})
+			batch := []*inflight{it}
+			snap, err := p.check(ctx, batch)
+			leased, first := p.admitBatch(ctx, checked{batch: batch, snap: snap, err: err})
 			if len(leased)+len(first) == 0 {
 				return // handed back
 			}

@@ -1,0 +1,124 @@
+package data_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jobq/jobq/data"
+)
+
+// Two pools that checked the same jobs at the same moment cannot both
+// lease them: each write expects the last lease write its check saw, so
+// the second fails, and its next check finds the first pool's lease.
+func TestLeaseWritesExpectTheLastLeaseOfAnyPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLedgerJS(t)
+	jobs := []*data.Job{{ID: "a", Seq: 1, Attempt: 1}, {ID: "b c", Seq: 2, Attempt: 1}}
+	entries := []data.LeasedJob{{Key: data.Key("a"), Seq: 1}, {Key: data.Key("b c"), Seq: 2}}
+	until := time.Now().Add(time.Minute).UTC()
+
+	p, err := l.Check(ctx, jobs, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := l.Check(ctx, jobs, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.LeaseSeq != 0 || len(p.Leases) != 0 {
+		t.Fatalf("empty bucket: got %+v, want no lease", p)
+	}
+	seq, err := l.WriteLease(ctx, "p", data.Lease{Worker: "wp", Until: until, Jobs: entries}, p.LeaseSeq)
+	if err != nil {
+		t.Fatalf("first lease: %v", err)
+	}
+	if _, err := l.WriteLease(ctx, "q", data.Lease{Worker: "wq", Until: until, Jobs: entries}, q.LeaseSeq); !errors.Is(err, data.ErrLeaseRaced) {
+		t.Fatalf("second lease on the same check: got %v, want ErrLeaseRaced", err)
+	}
+	q, err = l.Check(ctx, jobs, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.LeaseSeq != seq || len(q.Leases) != 1 {
+		t.Fatalf("check after the race: got %+v, want p's lease at %d", q, seq)
+	}
+	for _, e := range entries {
+		ls, s, ok := q.Leased(e.Key)
+		if !ok || ls.Owner != "p" || ls.Worker != "wp" || s != e.Seq || !ls.Until.Equal(until) || ls.Revision != seq {
+			t.Errorf("leased %s: got %+v, %d, %v; want p's lease, seq %d", e.Key, ls, s, ok, e.Seq)
+		}
+	}
+	if _, _, ok := q.Leased("other"); ok {
+		t.Error("leased other: got a lease, want none")
+	}
+	// A pool's own lease is left out of its check, but counts for the
+	// next write's expectation.
+	own, err := l.Check(ctx, jobs, "p")
+	if err != nil || len(own.Leases) != 0 || own.LeaseSeq != seq {
+		t.Fatalf("p's own check: got %+v, %v; want no lease, last sequence %d", own, err, seq)
+	}
+
+	// Renewing (the pool's own last write) and deleting count as lease
+	// writes too.
+	seq2, err := l.WriteLease(ctx, "p", data.Lease{Worker: "wp", Until: until.Add(time.Minute)}, seq)
+	if err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if _, err := l.WriteLease(ctx, "q", data.Lease{Worker: "wq", Until: until, Jobs: entries}, seq); !errors.Is(err, data.ErrLeaseRaced) {
+		t.Fatalf("lease expecting the write before a renewal: got %v, want ErrLeaseRaced", err)
+	}
+	if err := l.DeleteLease(ctx, "p", seq); err == nil {
+		t.Fatal("delete of an older revision: got nil, want an error")
+	}
+	if err := l.DeleteLease(ctx, "p", seq2); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	after, err := l.Check(ctx, jobs, "q")
+	if err != nil || len(after.Leases) != 0 || after.LeaseSeq <= seq2 {
+		t.Fatalf("check after the delete: got %+v, %v; want no lease, a last sequence past %d", after, err, seq2)
+	}
+	if _, err := l.WriteLease(ctx, "q", data.Lease{Worker: "wq", Until: until, Jobs: entries}, after.LeaseSeq); err != nil {
+		t.Fatalf("lease after the delete: %v", err)
+	}
+}
+
+// A lease's jobs are settled once each has a record of its own, which wins
+// over the lease.
+func TestLeaseSettledOnceEveryJobHasARecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLedgerJS(t)
+	ls := &data.Lease{Jobs: []data.LeasedJob{{Key: data.Key("s-1"), Seq: 1}, {Key: data.Key("s 2"), Seq: 2}}}
+	for i, id := range []string{"s-1", "s 2"} {
+		if settled, err := l.Settled(ctx, ls); err != nil || settled {
+			t.Fatalf("with %d of 2 records: got %v, %v; want not settled", i, settled, err)
+		}
+		job := &data.Job{ID: id, Seq: uint64(i + 1), Attempt: 1}
+		c := l.Prepare(job, "w")
+		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if settled, err := l.Settled(ctx, ls); err != nil || !settled {
+		t.Fatalf("with every record: got %v, %v; want settled", settled, err)
+	}
+}
+
+// An unreadable lease could hide a running job: the check fails rather
+// than take it for none.
+func TestLeaseUnreadableFailsTheCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js, kv := newBucket(t)
+	l := data.NewLedger(kv, time.Minute, js)
+	t.Cleanup(l.Close)
+	if _, err := kv.Put(ctx, data.LeasePrefix+"x", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Check(ctx, []*data.Job{{ID: "a", Seq: 1, Attempt: 1}}, "p"); !errors.Is(err, data.ErrCorruptRecord) {
+		t.Fatalf("check: got %v, want ErrCorruptRecord", err)
+	}
+}
