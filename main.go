@@ -1289,7 +1289,11 @@ func statusTable(st queue.Status, colour bool) string {
 	fmt.Fprintf(tw, "stream %s\t%d jobs\t%s\t%s\tdedupe window %s\n", st.Stream.Name, st.Stream.Messages, dashboard.HumanSize(st.Stream.Bytes), seqs, dashboard.HumanSpan(st.Stream.DedupeWindow))
 	fmt.Fprintf(tw, "consumer %s\t%d pending\t%d ack pending\t%d redelivered\tmax deliver %d, ack wait %s\n", st.Consumer.Name, st.Consumer.Pending, st.Consumer.AckPending, st.Consumer.Redelivered, st.Consumer.MaxDeliver, dashboard.HumanSpan(st.Consumer.AckWait))
 	fmt.Fprintf(tw, "dead letters %s\t%s\t%s\t\t\n", st.DLQ.Name, dead, dashboard.HumanSize(st.DLQ.Bytes))
-	fmt.Fprintf(tw, "ledger %s\t%d records\t%s\tttl %s\t\n", st.Ledger.Bucket, st.Ledger.Records, dashboard.HumanSize(st.Ledger.Bytes), dashboard.HumanSpan(st.Ledger.TTL))
+	leases := fmt.Sprintf("%d pool leases", st.Ledger.Leases)
+	if st.Ledger.Leases == 1 {
+		leases = "1 pool lease"
+	}
+	fmt.Fprintf(tw, "ledger %s\t%d records\t%s\tttl %s\t%s\n", st.Ledger.Bucket, st.Ledger.Records, dashboard.HumanSize(st.Ledger.Bytes), dashboard.HumanSpan(st.Ledger.TTL), leases)
 	tw.Flush()
 	out := b.String()
 	if colour && st.DLQ.Messages > 0 {

@@ -50,8 +50,8 @@ const opTimeout = 10 * time.Second
 // and starts the completion write; an acker acks each job once its
 // completion is confirmed. Every job the pool holds gets heartbeats from one
 // loop. The fetcher is in fetch.go and pull.go, the claim starter and the
-// claimer in claims.go and lease.go, the heartbeats in heartbeats.go; the workers and the
-// acker are here.
+// claimer in claims.go and lease.go, the heartbeats in heartbeats.go; the
+// workers and the acker are here.
 type Pool struct {
 	obj     *Objects
 	cfg     Config

@@ -5,17 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
-
-// MetaDedupeRaisedAt is the stream metadata key that holds when Provision
-// last lengthened the stream's dedupe window (RFC 3339).
-const MetaDedupeRaisedAt = "jobq.dedupe_raised_at"
 
 // ErrConflict is returned by Provision when an existing object differs from
 // jobq's configuration in a way that cannot be edited in place.
@@ -120,15 +114,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	if want.MaxMsgSize != 0 {
 		next.MaxMsgSize = want.MaxMsgSize
-	}
-	if next.Duplicates > have.Duplicates {
-		// Jobs stored before now were deduplicated over the shorter
-		// window; the pool reads this (see freshness).
-		next.Metadata = maps.Clone(have.Metadata)
-		if next.Metadata == nil {
-			next.Metadata = map[string]string{}
-		}
-		next.Metadata[MetaDedupeRaisedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	}
 	if slices.Equal(have.Subjects, next.Subjects) && have.Duplicates == next.Duplicates &&
 		have.Discard == next.Discard && have.MaxMsgSize == next.MaxMsgSize && have.MaxBytes == next.MaxBytes {

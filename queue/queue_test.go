@@ -491,8 +491,8 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 
 func TestSameJobNeverRunsTwiceAtOnce(t *testing.T) {
 	t.Parallel()
-	// Re-driven copies that find no record are held back for AckWait first
-	// (see TestRedrivenCopyWithoutRecordWaitsForTheRunningJob).
+	// Two pools; the copies find the running one in a lease, or its
+	// record, and are acked as duplicates.
 	b := setup(t, queue.Config{Workers: 4, AckWait: time.Second})
 	c := newCounter()
 	release := make(chan struct{})
@@ -1067,12 +1067,11 @@ func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	}
 }
 
-func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
+func TestRedrivenCopyOfALeasedJobIsDropped(t *testing.T) {
 	t.Parallel()
-	// A copy under Jobq-Job-Id of a job that runs unclaimed (no record yet)
-	// is held for AckWait, by when the running job's claim is written; it
-	// is then acked as a duplicate, and the job runs once. The hold keeps
-	// the copy (heartbeats), so it costs none of its deliveries.
+	// A copy under Jobq-Job-Id of a job that runs on the pool's lease (no
+	// record yet) finds it there and is acked as a duplicate, at once: it
+	// is not handed back, and the job runs once.
 	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
 	c := newCounter()
 	release := make(chan struct{})
@@ -1100,7 +1099,7 @@ func TestRedrivenCopyWithoutRecordWaitsForTheRunningJob(t *testing.T) {
 	b.waitDrained(t)
 	c.wantOnce(t, "run-1")
 	if st := b.status(t); st.Consumer.Redelivered != 0 {
-		t.Errorf("consumer counts %d redelivered, want 0: the held copy is kept, not handed back", st.Consumer.Redelivered)
+		t.Errorf("consumer counts %d redelivered, want 0: the copy is dropped, not handed back", st.Consumer.Redelivered)
 	}
 }
 
@@ -1139,31 +1138,6 @@ func TestPoolClaimsEveryJobWhenBatchedReadsFail(t *testing.T) {
 	if info.State.LastSeq != 2*n {
 		t.Errorf("ledger writes: got %d for %d jobs, want a claim and a completion each", info.State.LastSeq, n)
 	}
-}
-
-func TestCopyOfAHeldJobIsClaimed(t *testing.T) {
-	t.Parallel()
-	// A re-driven copy with no record is held; the job published again
-	// under its ID late in the hold, too late for a heartbeat to write its
-	// claim before the hold ends, is claimed before it runs, so the held
-	// copy finds it, and the job runs once.
-	b := setup(t, queue.Config{Workers: 2, AckWait: 6 * time.Second})
-	c := newCounter()
-	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-		select {
-		case <-time.After(2 * time.Second):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}))
-	b.publishCopy(t, "job.r", "redrive-7", "run-2")
-	held := time.Now()
-	b.waitAckPending(t, 1)
-	time.Sleep(4500*time.Millisecond - time.Since(held)) // the hold ends at 6s
-	b.enqueue(t, "job.r", "run-2", "x")
-	b.waitDrained(t)
-	c.wantOnce(t, "run-2")
 }
 
 func TestRedriveWritesTheRecordFirst(t *testing.T) {
@@ -1209,31 +1183,22 @@ func TestRedriveWritesTheRecordFirst(t *testing.T) {
 	}
 }
 
-func TestLengthenedDedupeWindowClaimsOlderCopies(t *testing.T) {
+func TestCopiesStoredUnderAShorterWindowRunOnce(t *testing.T) {
 	t.Parallel()
-	// Two copies stored under a short window, then the window lengthened in
-	// place: the copies may be closer than the new window, so while they
-	// are in JOB every job is claimed, and the job runs once.
+	// Two copies stored under a short window, then the window lengthened:
+	// both copies are in JOB at once, and the job runs once.
 	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 300 * time.Millisecond, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-1", "a")
 	b.republishAfterWindow(t, "job.d", "dup-1", "b")
 	b2 := setupOn(t, b.srv, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: time.Hour, ProcessedTTL: 2 * time.Hour})
-	info, err := b2.obj.Jobs.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Config.Metadata[queue.MetaDedupeRaisedAt] == "" {
-		t.Fatalf("JOB metadata %v: want %s set", info.Config.Metadata, queue.MetaDedupeRaisedAt)
-	}
 	b2.wantRunOnce(t, "dup-1")
 }
 
-func TestDedupeWindowLengthenedOutsideJobqIsNotTrusted(t *testing.T) {
+func TestCopiesStoredBeforeAWindowEditRunOnce(t *testing.T) {
 	t.Parallel()
 	// Two copies stored under jobq's 2s window, then the window lengthened
-	// with a plain stream edit (as nats stream edit does), which leaves no
-	// note in JOB's metadata: the pool keeps to the shorter window, so both
-	// copies are claimed, and the job runs once.
+	// with a plain stream edit (as nats stream edit does): the job runs
+	// once.
 	b := setup(t, queue.Config{Workers: 2, AckWait: time.Second, DedupeWindow: 2 * time.Second, ProcessedTTL: time.Hour})
 	b.enqueue(t, "job.d", "dup-2", "a")
 	b.republishAfterWindow(t, "job.d", "dup-2", "b")
@@ -1347,5 +1312,40 @@ func TestPoolKeepsToWorkersPullLimits(t *testing.T) {
 				c.wantOnce(t, fmt.Sprintf("lim-%d", i))
 			}
 		})
+	}
+}
+
+func TestStatusCountsLeasesApartFromRecords(t *testing.T) {
+	t.Parallel()
+	// A running pool has one lease in the bucket; a pool that stops
+	// deletes it. Neither the lease nor its delete marker counts as a
+	// record.
+	b := setup(t, queue.Config{Workers: 1})
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	p := b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		started <- struct{}{}
+		if job.ID == "hold" {
+			<-release
+		}
+		return nil
+	}))
+	b.enqueue(t, "job.s", "first", "x")
+	<-started
+	b.enqueue(t, "job.s", "hold", "x")
+	<-started
+	b.waitState(t, "first", data.StateDone)
+	if st := b.status(t); st.Ledger.Records != 1 || st.Ledger.Leases != 1 {
+		t.Errorf("while a job runs: got %d records, %d leases; want 1 and 1", st.Ledger.Records, st.Ledger.Leases)
+	}
+	close(release)
+	b.waitDrained(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.status(t); st.Ledger.Records != 2 || st.Ledger.Leases != 0 {
+		t.Errorf("after the pool stopped: got %d records, %d leases; want 2 and 0", st.Ledger.Records, st.Ledger.Leases)
 	}
 }

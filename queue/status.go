@@ -46,8 +46,9 @@ type ConsumerStatus struct {
 type LedgerStatus struct {
 	Bucket  string `json:"bucket"`
 	Records uint64 `json:"records"`
-	// Leases counts the worker pools' leases (see data.Lease), live or
-	// ended, which are kept in the bucket beside the records.
+	// Leases counts the worker pools' leases (see data.Lease) in the
+	// bucket, beside the records: one per running pool, and those that
+	// pools killed before they could delete them left until they end.
 	Leases uint64 `json:"leases"`
 	Bytes  uint64 `json:"bytes"`
 	TTL    string `json:"ttl"`
@@ -103,31 +104,40 @@ func ReadStatus(ctx context.Context, o *Objects) (Status, error) {
 		return st, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
 	}
 	st.Ledger = LedgerStatus{Bucket: ks.Bucket(), Records: ks.Values(), Bytes: ks.Bytes(), TTL: ks.TTL().String()}
-	leases, err := countLeases(ctx, o.JS)
+	stored, live, err := countLeases(ctx, o.JS, o.Ledger)
 	if err != nil {
 		return st, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
 	}
-	st.Ledger.Leases = leases
-	st.Ledger.Records -= min(leases, st.Ledger.Records)
+	st.Ledger.Leases = live
+	st.Ledger.Records -= min(stored, st.Ledger.Records)
 	return st, nil
 }
 
 // countLeases counts the lease messages in the processed bucket, delete
-// markers included, as its value count does.
-func countLeases(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+// markers included, as its value count does, and the leases that are there.
+func countLeases(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (stored, live uint64, err error) {
 	s, err := js.Stream(ctx, "KV_"+BucketProcessed)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+BucketProcessed+"."+data.LeasePrefix+">"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var n uint64
 	for _, c := range info.State.Subjects {
-		n += c
+		stored += c
 	}
-	return n, nil
+	if stored == 0 {
+		return 0, 0, nil
+	}
+	keys, err := kv.ListKeysFiltered(ctx, data.LeasePrefix+">")
+	if err != nil {
+		return 0, 0, err
+	}
+	for range keys.Keys() {
+		live++
+	}
+	return stored, live, nil
 }
 
 func streamStatus(si *jetstream.StreamInfo) StreamStatus {
