@@ -140,6 +140,7 @@ func BenchmarkPipeline(b *testing.B) {
 			<-done
 			b.StopTimer()
 			cpu.report(b)
+			reportLedgerWrites(b, obj)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			pool.Stop(ctx)
@@ -210,6 +211,24 @@ func BenchmarkEndToEnd(b *testing.B) {
 			<-done
 			b.StopTimer()
 			cpu.report(b)
+			if tt.name == "ledger" {
+				reportLedgerWrites(b, obj)
+			}
 		})
 	}
+}
+
+// reportLedgerWrites reports the processed bucket's writes per job: one
+// record per job, and the leases' share.
+func reportLedgerWrites(b *testing.B, obj *queue.Objects) {
+	b.Helper()
+	s, err := obj.JS.Stream(context.Background(), "KV_"+queue.BucketProcessed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(info.State.LastSeq)/float64(b.N), "writes/job")
 }

@@ -20,8 +20,9 @@ const checkBatch = 256
 // ledger for them, and decides how each runs (see admitBatch): most go into
 // the pool's lease in one ledger write and run on prepared claims; a job
 // with a record, or one that a lease that ended may have run, is claimed
-// first, at most claimAhead of them before a worker takes one. Without
-// leases (see takesLeases), every job is claimed first.
+// first. Either way, at most claimAhead jobs are leased or claimed before a
+// worker takes one. Without leases (see takesLeases), every job is claimed
+// first.
 func (p *Pool) startClaims(ctx context.Context) {
 	if !p.leasing {
 		for it := range p.fetched {
@@ -34,11 +35,13 @@ func (p *Pool) startClaims(ctx context.Context) {
 	go p.checkBatches(ctx, checks)
 	for c := range checks {
 		leased, first := p.admitBatch(ctx, c)
+		for range len(c.batch) - len(leased) - len(first) {
+			p.ahead <- struct{}{} // handed back: no worker takes it
+		}
 		for _, it := range leased {
 			p.claims <- it
 		}
 		for _, it := range first {
-			<-p.ahead
 			p.claims <- it
 		}
 	}

@@ -101,27 +101,42 @@ type checked struct {
 }
 
 // checkBatches reads the ledger for each batch of fetched jobs, up to
-// checkBatch at a time, one batch ahead of admitBatch, so that the read of
+// checkBatch at a time and as many as the claimAhead tokens allow, one
+// batch ahead of admitBatch, so that the read of
 // one batch overlaps the lease write of the one before. That is safe
 // because the checks are made one after the other: a lease write that
 // succeeds expecting the pool's own last write, or a later check's last
 // lease sequence, leaves no other pool's lease write unseen (see lease.add).
+//
+// Each job in a batch takes one of the claimAhead tokens, which a worker
+// gives back when it takes the job: a pool that is killed has at most that
+// many jobs leased or claimed that never started, which come back as
+// resumed attempts.
 func (p *Pool) checkBatches(ctx context.Context, out chan<- checked) {
 	defer close(out)
 	for it := range p.fetched {
-		batch := make([]*inflight, 1, checkBatch)
-		batch[0] = it
-	more:
-		for len(batch) < checkBatch {
+		// The jobs waiting now, as many as there are tokens for; waiting
+		// for half of the tokens if need be, so that a lease write covers
+		// many jobs. This is the only reader of p.fetched, so the jobs
+		// counted are still there.
+		want := min(1+len(p.fetched), checkBatch)
+		n := min(want, max(cap(p.ahead)/2, 1))
+		for range n {
+			<-p.ahead
+		}
+	tokens:
+		for n < want {
 			select {
-			case it, ok := <-p.fetched:
-				if !ok {
-					break more
-				}
-				batch = append(batch, it)
+			case <-p.ahead:
+				n++
 			default:
-				break more
+				break tokens
 			}
+		}
+		batch := make([]*inflight, 1, n)
+		batch[0] = it
+		for len(batch) < n {
+			batch = append(batch, <-p.fetched)
 		}
 		snap, err := p.check(ctx, batch)
 		out <- checked{batch: batch, snap: snap, err: err}

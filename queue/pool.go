@@ -343,7 +343,7 @@ func (p *Pool) runAll(ctx context.Context) {
 			h.ctx, h.cancel = context.WithCancelCause(ctx)
 		}
 		it.hctx = h
-		if !p.cfg.NoLedger && !it.unclaimed {
+		if !p.cfg.NoLedger {
 			p.ahead <- struct{}{}
 		}
 		if p.runOne(ctx, it) {
