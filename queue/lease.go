@@ -21,7 +21,8 @@ type lease struct {
 	// mu serialises the lease's writes and guards the rest.
 	mu    sync.Mutex
 	jobs  map[string]*leased // by key: in the stored lease, or going in
-	last  uint64             // the last lease sequence known, for the next write
+	last  uint64             // the sequence of this pool's last lease write
+	seen  uint64             // the highest check sequence a write rested on (see add)
 	until time.Time          // when the stored lease ends
 	wrote time.Time          // when it was last written
 	dirty bool               // jobs dropped since the last write
@@ -227,14 +228,22 @@ func (l *lease) find(key string) (*leased, time.Time, bool) {
 }
 
 // add writes the lease with batch's jobs in it. checked is the last lease
-// sequence of the check that found them free; the write expects it, or
-// this pool's own last write if that came later. Either way its success
-// means that no other pool wrote a lease the check did not see: checks are
-// made one after the other, and every write of this pool since the check
-// succeeded expecting the write before it.
+// sequence of the check that found them free. The write expects it, or
+// this pool's own last write if that came later, and its success means
+// that no other pool wrote a lease the check did not see:
+//
+//   - every write of this pool expects either the last sequence of a check
+//     (kept in seen, the highest) or this pool's write before it, so since
+//     the last check it was based on, no other pool wrote a lease;
+//   - a check older than seen may have missed a lease that a later check,
+//     made by a renewal or a retry, saw: add refuses it with ErrLeaseRaced,
+//     so the caller checks again.
 func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if checked < l.seen {
+		return fmt.Errorf("%w: checked at lease write %d, before %d", data.ErrLeaseRaced, checked, l.seen)
+	}
 	expect := max(checked, l.last)
 	extra := make([]data.LeasedJob, len(batch))
 	for i, it := range batch {
@@ -246,6 +255,7 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 	for _, j := range extra {
 		l.jobs[j.Key] = &leased{seq: j.Seq}
 	}
+	l.seen = checked
 	return nil
 }
 
@@ -325,6 +335,7 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 			break
 		}
 		expect = snap.LeaseSeq
+		l.seen = max(l.seen, expect) // the next write may not rest on an older check
 	}
 	if err == nil {
 		return
