@@ -151,3 +151,13 @@ func (l *Ledger) DeleteLease(ctx context.Context, owner string, revision uint64)
 	}
 	return nil
 }
+
+// Leased reports whether a live lease, of any pool, holds job.
+func (l *Ledger) Leased(ctx context.Context, job *Job) (bool, error) {
+	s, err := l.Check(ctx, []*Job{job}, "")
+	if err != nil {
+		return false, err
+	}
+	ls, _, ok := s.Leased(Key(job.ID))
+	return ok && time.Now().Before(ls.Until), nil
+}

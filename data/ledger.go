@@ -237,8 +237,17 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 // again, as a dead letter's re-drive is: with none (it expired, or was never
 // written) it creates one, failed with cause; a record there is kept as it
 // is. A copy of the job that runs meanwhile then finds a record, so it is
-// claimed before it runs (see Prepare).
+// claimed before it runs (see Prepare). A job that a live lease holds gets
+// none: the copy running on it writes its record, and the re-driven copy
+// finds the lease.
 func (l *Ledger) KeepRecord(ctx context.Context, job *Job, cause string) error {
+	if l.js != nil {
+		// A bucket that cannot be read in batches has no leases (see
+		// queue.Pool): a failed read leaves only the record to write.
+		if held, err := l.Leased(ctx, job); err == nil && held {
+			return nil
+		}
+	}
 	now := time.Now().UTC()
 	rec := Record{ID: job.ID, State: StateFailed, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: cause}
 	if _, err := l.kv.Create(ctx, Key(job.ID), rec.encode()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {

@@ -135,11 +135,13 @@ func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, 
 // then removes it from DLQ. The new message gets a fresh Nats-Msg-Id, so the
 // dedupe window does not drop it, and keeps the job ID in Jobq-Job-Id, so the
 // ledger still guards it: a job recorded done does not run again. The job's
-// ledger record is made sure of first, so that no copy of the job runs
-// unclaimed beside the re-driven one.
+// ledger record is made sure of first (unless a lease holds the job), so
+// that no copy of the job runs beside the re-driven one.
 func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstream.PubAck, error) {
 	job := &data.Job{ID: d.ID, Subject: d.Subject, Seq: d.JobSeq}
-	if err := data.NewLedger(obj.Ledger, 0, nil).KeepRecord(ctx, job, d.Error); err != nil {
+	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
+	defer ledger.Close()
+	if err := ledger.KeepRecord(ctx, job, d.Error); err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}
 	m := nats.NewMsg(d.Subject)

@@ -26,6 +26,10 @@ type lease struct {
 	until time.Time          // when the stored lease ends
 	wrote time.Time          // when it was last written
 	dirty bool               // jobs dropped since the last write
+	// gen counts the jobs dropped from the lease; dropped holds when each
+	// key was, for the checks made before (see sortBatch).
+	gen     uint64
+	dropped map[string]uint64
 }
 
 // leased is one job in the pool's lease.
@@ -38,7 +42,9 @@ type leased struct {
 	orphan time.Time
 }
 
-func newLease() *lease { return &lease{owner: nuid.Next(), jobs: map[string]*leased{}} }
+func newLease() *lease {
+	return &lease{owner: nuid.Next(), jobs: map[string]*leased{}, dropped: map[string]uint64{}}
+}
 
 // admitBatch decides how each job fetched together runs (see data's Leases
 // for the rules):
@@ -57,11 +63,13 @@ func newLease() *lease { return &lease{owner: nuid.Next(), jobs: map[string]*lea
 // back to JOB.
 func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst []*inflight) {
 	backoff := 50 * time.Millisecond
-	batch, snap, err := c.batch, c.snap, c.err
+	batch, snap, err, gen := c.batch, c.snap, c.err, c.gen
+	// Drops up to the check's are seen by every check to come.
+	p.lease.forget(gen)
 	for {
 		if err == nil {
 			var first []*inflight
-			batch, first = p.sortBatch(snap, batch)
+			batch, first = p.sortBatch(snap, gen, batch)
 			claimFirst = append(claimFirst, first...)
 			if len(batch) == 0 {
 				return nil, claimFirst
@@ -90,6 +98,7 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst []
 				return nil, claimFirst
 			}
 		}
+		gen = p.lease.generation()
 		snap, err = p.check(ctx, batch)
 	}
 }
@@ -99,6 +108,7 @@ type checked struct {
 	batch []*inflight
 	snap  *data.Snapshot
 	err   error
+	gen   uint64 // the lease's drop count before the check
 }
 
 // checkBatches reads the ledger for each batch of fetched jobs, up to
@@ -139,8 +149,9 @@ func (p *Pool) checkBatches(ctx context.Context, out chan<- checked) {
 		for len(batch) < n {
 			batch = append(batch, <-p.fetched)
 		}
+		gen := p.lease.generation()
 		snap, err := p.check(ctx, batch)
-		out <- checked{batch: batch, snap: snap, err: err}
+		out <- checked{batch: batch, snap: snap, err: err, gen: gen}
 	}
 }
 
@@ -157,7 +168,10 @@ func (p *Pool) check(ctx context.Context, batch []*inflight) (*data.Snapshot, er
 
 // sortBatch hands back the jobs that a live lease holds, by snap, and
 // returns the jobs that go into the pool's lease and those to claim first.
-func (p *Pool) sortBatch(snap *data.Snapshot, batch []*inflight) (take, claimFirst []*inflight) {
+// snap leaves out the pool's own lease, which the pool knows better; but a
+// job that left it after the check (gen: the drops before it) has a record
+// that snap may not show, so it is claimed first and its record decides.
+func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (take, claimFirst []*inflight) {
 	now := time.Now()
 	take = make([]*inflight, 0, len(batch))
 	taking := make(map[string]uint64, len(batch))
@@ -175,6 +189,11 @@ func (p *Pool) sortBatch(snap *data.Snapshot, batch []*inflight) (take, claimFir
 		case leased && now.Before(ls.Until):
 			p.leasedElsewhere(it, seq, ls.Until)
 		case snap.Found[i]:
+			claimFirst = append(claimFirst, it)
+		case mine == nil && p.lease.droppedSince(key, gen):
+			// Its record was stored, or its handler ran and none could
+			// be: with no record found, the attempt is resumed.
+			it.job.Resumed = true
 			claimFirst = append(claimFirst, it)
 		case leased || orphan:
 			// An earlier attempt may have run its handler.
@@ -266,7 +285,7 @@ func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra [
 	ls := data.Lease{Worker: p.cfg.WorkerName, Until: now.Add(p.cfg.lease()).UTC(), Jobs: make([]data.LeasedJob, 0, len(l.jobs)+len(extra))}
 	for key, j := range l.jobs {
 		if !j.orphan.IsZero() && now.Sub(j.orphan) > p.cfg.lease() {
-			delete(l.jobs, key)
+			l.dropLocked(key)
 			continue
 		}
 		ls.Jobs = append(ls.Jobs, data.LeasedJob{Key: key, Seq: j.seq})
@@ -305,6 +324,34 @@ func (l *lease) dropLocked(key string) {
 	if _, ok := l.jobs[key]; ok {
 		delete(l.jobs, key)
 		l.dirty = true
+		l.gen++
+		l.dropped[key] = l.gen
+	}
+}
+
+// generation is the count of drops so far, taken before a check.
+func (l *lease) generation() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gen
+}
+
+// droppedSince reports whether key left the lease after gen drops.
+func (l *lease) droppedSince(key string, gen uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped[key] > gen
+}
+
+// forget forgets the drops up to gen: checks are made in order, and those
+// to come start from gen or later.
+func (l *lease) forget(gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, g := range l.dropped {
+		if g <= gen {
+			delete(l.dropped, key)
+		}
 	}
 }
 

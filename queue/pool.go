@@ -270,8 +270,9 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 		defer p.leaveLease(it)
 		if p.leasing {
 			batch := []*inflight{it}
+			gen := p.lease.generation()
 			snap, err := p.check(ctx, batch)
-			leased, first := p.admitBatch(ctx, checked{batch: batch, snap: snap, err: err})
+			leased, first := p.admitBatch(ctx, checked{batch: batch, snap: snap, err: err, gen: gen})
 			if len(leased)+len(first) == 0 {
 				return // handed back
 			}
@@ -305,15 +306,15 @@ func (p *Pool) release(it *inflight) {
 }
 
 // leaveLease drops a job that ran on the pool's lease from it once it is
-// through: its record is stored, or it was lost to another holder. One
-// whose handler ran and whose outcome could not be recorded stays a while
-// (see leased.orphan).
+// through: its record is stored, or its handler never started. One whose
+// handler ran and whose outcome could not be recorded stays a while (see
+// leased.orphan).
 func (p *Pool) leaveLease(it *inflight) {
 	if !it.unclaimed {
 		return
 	}
 	it.mu.Lock()
-	orphan := it.ran && it.claim.Revision == 0 && !it.lost
+	orphan := it.ran && it.claim.Revision == 0
 	it.mu.Unlock()
 	p.lease.done(data.Key(it.job.ID), orphan)
 }
@@ -402,6 +403,8 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	}
 	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
 	switch {
+	case errors.Is(herr, data.ErrClaimLost) && it.unclaimed:
+		p.leaseLost(it, herr, log)
 	case errors.Is(herr, data.ErrClaimLost):
 		log.Warn().Err(herr).Msg("claim lost while running: outcome left to the new holder")
 	case ctx.Err() != nil && !handlers.IsPermanent(herr):
@@ -416,6 +419,22 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 		p.fail(opCtx, it.msg, it.job, claim, it.took, herr, log)
 	}
 	return false
+}
+
+// leaseLost handles a job whose handler the pool's lost lease cut off. A
+// record that says so makes its next attempt resumed, and lets it run
+// again at once; without one (the ledger takes no writes, or another
+// holder's record is there), it stays in the lease a while as an orphan
+// and waits out the ack wait.
+func (p *Pool) leaseLost(it *inflight, cause error, log zerolog.Logger) {
+	opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := p.ledger.Retry(opCtx, &it.claim, it.took, data.CauseCutOff); err != nil {
+		log.Warn().Err(cause).AnErr("record", err).Msg("lease lost while the job ran: left for redelivery, as a resumed attempt")
+		return
+	}
+	log.Warn().Err(cause).Msg("lease lost while the job ran: released, as a resumed attempt")
+	p.nak(it.msg, 0, log)
 }
 
 // cutOff releases a job that shutdown stopped, for another run.

@@ -1032,20 +1032,7 @@ func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	}))
 	b.enqueue(t, "job.lost", "lost-1", "x")
 	<-started
-	ctx := context.Background()
-	setDiscardPerSubject := func(on bool) {
-		t.Helper()
-		st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := st.CachedInfo().Config
-		cfg.DiscardNewPerSubject = on
-		if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
-			t.Fatalf("discard new per subject %v: %v", on, err)
-		}
-	}
-	setDiscardPerSubject(true)
+	setDiscardNewPerSubject(t, b, true)
 	select {
 	case err := <-cause:
 		if !errors.Is(err, data.ErrClaimLost) {
@@ -1057,7 +1044,7 @@ func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	if st := b.status(t); st.Stream.Messages != 1 {
 		t.Errorf("JOB holds %d jobs, want the job kept for another run", st.Stream.Messages)
 	}
-	setDiscardPerSubject(false)
+	setDiscardNewPerSubject(t, b, false)
 	b.waitDrained(t)
 	if got := c.get("lost-1"); got != 2 {
 		t.Errorf("job ran %d times, want 2", got)
@@ -1347,5 +1334,160 @@ func TestStatusCountsLeasesApartFromRecords(t *testing.T) {
 	}
 	if st := b.status(t); st.Ledger.Records != 2 || st.Ledger.Leases != 0 {
 		t.Errorf("after the pool stopped: got %d records, %d leases; want 2 and 0", st.Ledger.Records, st.Ledger.Leases)
+	}
+}
+
+// runTwice counts the jobs c ran more than once.
+func (c *counter) runTwice() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.runs {
+		if r > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+func TestTwoPoolsNeverRunCopiesOfAJobAtOnce(t *testing.T) {
+	t.Parallel()
+	// Two pools on one server, every job stored twice (a copy under its
+	// own Nats-Msg-Id and the same job ID): each job runs once.
+	cfg := queue.Config{Workers: 8, Prefetch: 8, AckWait: 3 * time.Second}
+	a := setup(t, cfg)
+	b := setupOn(t, a.srv, cfg)
+	c := newCounter()
+	h := c.wrap(func(ctx context.Context, job *data.Job) error {
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	a.startPool(t, h)
+	b.startPool(t, h)
+	const n = 600
+	for i := range n {
+		id := fmt.Sprintf("j%d", i)
+		a.enqueue(t, "job.x", id, "")
+		a.publishCopy(t, "job.x", "copy-"+id, id)
+	}
+	a.waitDrained(t)
+	if twice := c.runTwice(); twice > 0 || c.overlap > 0 {
+		t.Errorf("%d jobs ran more than once, %d runs overlapped another of the same job", twice, c.overlap)
+	}
+}
+
+func TestDoneCopiesDoNotRunAgain(t *testing.T) {
+	t.Parallel()
+	// One pool, every job stored again a few jobs later: a copy checked
+	// while the first ran, and leased after its completion was recorded,
+	// must not run.
+	b := setup(t, queue.Config{Workers: 4, Prefetch: 4})
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	const n, gap = 1500, 3
+	for i := range n + gap {
+		if i < n {
+			b.enqueue(t, "job.x", fmt.Sprintf("j%d", i), "")
+		}
+		if i >= gap {
+			id := fmt.Sprintf("j%d", i-gap)
+			b.publishCopy(t, "job.x", "copy-"+id, id)
+		}
+	}
+	b.waitDrained(t)
+	if twice := c.runTwice(); twice > 0 || c.overlap > 0 {
+		t.Errorf("%d jobs ran more than once, %d runs overlapped another of the same job", twice, c.overlap)
+	}
+}
+
+func TestCopyAfterALostLeaseIsResumed(t *testing.T) {
+	t.Parallel()
+	// A job's handler is cut off because the pool's lease can no longer be
+	// renewed (the bucket refuses writes to keys that exist). Its attempt
+	// is recorded as cut off, so both its redelivery and a copy stored
+	// later see Resumed, and the job runs once more.
+	b := setup(t, queue.Config{Workers: 1, AckWait: 3 * time.Second})
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	type run struct {
+		seq     uint64
+		attempt int
+		resumed bool
+	}
+	runs := make(chan run, 10)
+	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		runs <- run{job.Seq, job.Attempt, job.Resumed}
+		if job.Seq == 1 && job.Attempt == 1 {
+			close(started)
+			<-ctx.Done() // its effect is done; it is cut off
+			close(cancelled)
+			return ctx.Err()
+		}
+		return nil
+	}))
+	b.enqueue(t, "job.lost", "lost-1", "x")
+	<-started
+	setDiscardNewPerSubject(t, b, true)
+	<-cancelled
+	setDiscardNewPerSubject(t, b, false)
+	b.publishCopy(t, "job.lost", "copy-of-lost-1", "lost-1")
+	b.waitDrained(t)
+	close(runs)
+	n := 0
+	for r := range runs {
+		if n++; n > 1 && !r.resumed {
+			t.Errorf("seq %d attempt %d ran after the cut-off attempt without Resumed", r.seq, r.attempt)
+		}
+	}
+	if n != 2 {
+		t.Errorf("the job ran %d times, want once more after the cut-off", n)
+	}
+	if rec := b.record(t, "lost-1"); rec.State != data.StateDone || !rec.Resumed {
+		t.Errorf("record: got %+v, want done, resumed", rec)
+	}
+}
+
+// setDiscardNewPerSubject makes the ledger bucket refuse, or take again,
+// writes to keys that exist, such as lease renewals.
+func setDiscardNewPerSubject(t *testing.T, b *testBundle, on bool) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.DiscardNewPerSubject = on
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("discard new per subject %v: %v", on, err)
+	}
+}
+
+func TestRedriveWhileTheJobRunsOnALease(t *testing.T) {
+	t.Parallel()
+	// A dead letter of a job ID whose record expired is re-driven while a
+	// fresh copy of that job runs on a lease: the re-drive writes no record
+	// over it, the re-driven copy is dropped as a duplicate, and the job
+	// runs once, its outcome recorded.
+	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
+	c := newCounter()
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	}))
+	b.enqueue(t, "job.d", "dl-2", "x")
+	<-started
+	d := queue.DeadLetter{Seq: 424242, ID: "dl-2", Subject: "job.d", JobSeq: 7, Error: "old failure", Payload: []byte("x")}
+	if _, err := queue.RetryDeadLetter(context.Background(), b.obj, d); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	b.waitOnlyRunningLeft(t)
+	close(release)
+	b.waitDrained(t)
+	c.wantOnce(t, "dl-2")
+	if rec := b.record(t, "dl-2"); rec.State != data.StateDone {
+		t.Errorf("record: got %+v, want done", rec)
 	}
 }

@@ -69,8 +69,8 @@ func (p *Pool) sweepSeq(ctx context.Context, seq uint64) (bool, error) {
 }
 
 // sweepOne dead-letters one exhausted job: a done record means only the ack
-// was lost, so the job is just removed; a live claim is left to its holder;
-// anything else goes to DLQ with the ledger's last error and is recorded
+// was lost, so the job is just removed; a live claim or lease is left to
+// its holder; anything else goes to DLQ with the ledger's last error and is recorded
 // failed, then removed from JOB.
 func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, error) {
 	job := &data.Job{
@@ -87,7 +87,12 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		return false, nil
 	case err == nil && rec.State == data.StateRunning && time.Now().Before(rec.LeaseUntil):
 		return false, nil // its holder is still running it
-	case err != nil && !errors.Is(err, data.ErrNotFound) && !errors.Is(err, data.ErrCorruptRecord):
+	case errors.Is(err, data.ErrNotFound):
+		// It may run on a pool's lease, as a job without a record does.
+		if held, err := p.ledger.Leased(ctx, job); err != nil || held {
+			return false, err
+		}
+	case err != nil && !errors.Is(err, data.ErrCorruptRecord):
 		return false, err
 	}
 	cause := fmt.Sprintf("deliveries exhausted (max deliver %d)", p.cfg.MaxDeliver)
