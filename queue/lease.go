@@ -365,6 +365,14 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 	if len(l.jobs) == 0 && !l.dirty || time.Since(l.wrote) < p.cfg.heartbeat() {
 		return
 	}
+	// The jobs are cancelled a sixth of the ack wait before the lease ends
+	// unless it is renewed by then, however long the writes take.
+	giveUp := l.until.Add(-p.cfg.heartbeat() / 2)
+	if !l.until.IsZero() && len(l.jobs) > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, giveUp)
+		defer cancel()
+	}
 	expect := l.last
 	var err error
 	for range 3 {
@@ -388,7 +396,7 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 		return
 	}
 	p.log.Warn().Err(err).Time("lease_until", l.until).Msg("renew the pool's lease")
-	if len(l.jobs) > 0 && time.Until(l.until) < p.cfg.heartbeat()/2 {
+	if len(l.jobs) > 0 && !time.Now().Before(giveUp) {
 		p.beats.loseLeased(fmt.Errorf("%w: the pool's lease could not be renewed before its end: %w", data.ErrClaimLost, err))
 	}
 }
