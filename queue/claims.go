@@ -8,10 +8,12 @@ import (
 	"github.com/jobq/jobq/data"
 )
 
-// claimAhead is how many claims may be made ahead of the workers: enough to
-// keep them busy while claims travel, few enough that a crash leaves few
-// claimed jobs that never started (they come back as resumed attempts).
-func claimAhead(workers int) int { return max(8*workers, 32) }
+// claimAhead is how many jobs may be leased or claimed ahead of the
+// workers: enough to keep them busy while a batch's check and lease write
+// travel (8 per worker left them idle for a tenth of a pipeline run), few
+// enough that a crash leaves few leased or claimed jobs that never started
+// (they come back as resumed attempts).
+func claimAhead(workers int) int { return max(16*workers, 64) }
 
 // checkBatch is the most fetched jobs one batched ledger read covers.
 const checkBatch = 256
