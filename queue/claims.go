@@ -8,12 +8,10 @@ import (
 	"github.com/jobq/jobq/data"
 )
 
-// claimAhead is how many jobs may be leased or claimed ahead of the
-// workers: enough to keep them busy while a batch's check and lease write
-// travel (8 per worker left them idle for a tenth of a pipeline run), few
-// enough that a crash leaves few leased or claimed jobs that never started
-// (they come back as resumed attempts).
-func claimAhead(workers int) int { return max(16*workers, 64) }
+// claimAhead is how many claims may be made ahead of the workers: enough to
+// keep them busy while claims travel, few enough that a crash leaves few
+// claimed jobs that never started (they come back as resumed attempts).
+func claimAhead(workers int) int { return max(8*workers, 32) }
 
 // checkBatch is the most fetched jobs one batched ledger read covers.
 const checkBatch = 256
@@ -22,9 +20,8 @@ const checkBatch = 256
 // ledger for them, and decides how each runs (see admitBatch): most go into
 // the pool's lease in one ledger write and run on prepared claims; a job
 // with a record, or one that a lease that ended may have run, is claimed
-// first. Either way, at most claimAhead jobs are leased or claimed before a
-// worker takes one. Without leases (see takesLeases), every job is claimed
-// first.
+// first, at most claimAhead of them before a worker takes one. Without
+// leases (see takesLeases), every job is claimed first.
 func (p *Pool) startClaims(ctx context.Context) {
 	if !p.leasing {
 		for it := range p.fetched {
@@ -37,13 +34,11 @@ func (p *Pool) startClaims(ctx context.Context) {
 	go p.checkBatches(ctx, checks)
 	for c := range checks {
 		leased, first := p.admitBatch(ctx, c)
-		for range len(c.batch) - len(leased) - len(first) {
-			p.ahead <- struct{}{} // handed back: no worker takes it
-		}
 		for _, it := range leased {
 			p.claims <- it
 		}
 		for _, it := range first {
+			<-p.ahead
 			p.claims <- it
 		}
 	}

@@ -112,42 +112,31 @@ type checked struct {
 }
 
 // checkBatches reads the ledger for each batch of fetched jobs, up to
-// checkBatch at a time and as many as the claimAhead tokens allow, one
-// batch ahead of admitBatch, so that the read of
+// checkBatch at a time, one batch ahead of admitBatch, so that the read of
 // one batch overlaps the lease write of the one before. That is safe
-// because the checks are made one after the other: a lease write that
-// succeeds expecting the pool's own last write, or a later check's last
-// lease sequence, leaves no other pool's lease write unseen (see lease.add).
+// because the checks are made one after the other (see lease.add).
 //
-// Each job in a batch takes one of the claimAhead tokens, which a worker
-// gives back when it takes the job: a pool that is killed has at most that
-// many jobs leased or claimed that never started, which come back as
-// resumed attempts.
+// The jobs leased this way are not counted against claimAhead: bounding
+// them to 16 per worker cost a sixth of the end-to-end rate in jobq bench
+// (interleaved sets). So a pool that is killed leaves up to Workers +
+// Prefetch leased jobs that never started; they come back as resumed
+// attempts.
 func (p *Pool) checkBatches(ctx context.Context, out chan<- checked) {
 	defer close(out)
 	for it := range p.fetched {
-		// The jobs waiting now, as many as there are tokens for; waiting
-		// for half of the tokens if need be, so that a lease write covers
-		// many jobs. This is the only reader of p.fetched, so the jobs
-		// counted are still there.
-		want := min(1+len(p.fetched), checkBatch)
-		n := min(want, max(cap(p.ahead)/2, 1))
-		for range n {
-			<-p.ahead
-		}
-	tokens:
-		for n < want {
-			select {
-			case <-p.ahead:
-				n++
-			default:
-				break tokens
-			}
-		}
-		batch := make([]*inflight, 1, n)
+		batch := make([]*inflight, 1, checkBatch)
 		batch[0] = it
-		for len(batch) < n {
-			batch = append(batch, <-p.fetched)
+	more:
+		for len(batch) < checkBatch {
+			select {
+			case it, ok := <-p.fetched:
+				if !ok {
+					break more
+				}
+				batch = append(batch, it)
+			default:
+				break more
+			}
 		}
 		gen := p.lease.generation()
 		snap, err := p.check(ctx, batch)

@@ -344,7 +344,7 @@ func (p *Pool) runAll(ctx context.Context) {
 			h.ctx, h.cancel = context.WithCancelCause(ctx)
 		}
 		it.hctx = h
-		if !p.cfg.NoLedger {
+		if !p.cfg.NoLedger && !it.unclaimed {
 			p.ahead <- struct{}{}
 		}
 		if p.runOne(ctx, it) {
