@@ -23,17 +23,7 @@ func TestLeaseRefusesACheckOlderThanOneItWroteOn(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			srv := servertest.Start(t)
-			js, err := jetstream.New(servertest.Connect(t, srv))
-			if err != nil {
-				t.Fatal(err)
-			}
-			obj, err := Provision(ctx, js, Config{}, servertest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := NewPool(obj, handlers.HandlerFunc(nil), servertest.Logger(t))
-			t.Cleanup(p.ledger.Close)
+			p := leasingPool(t, leasingObjects(t))
 			it := func(id string, seq uint64) *inflight {
 				return &inflight{job: &data.Job{ID: id, Seq: seq, Attempt: 1}}
 			}
