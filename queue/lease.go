@@ -71,6 +71,8 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst []
 			var first []*inflight
 			batch, first = p.sortBatch(snap, gen, batch)
 			claimFirst = append(claimFirst, first...)
+			batch, first = p.lease.fit(batch)
+			claimFirst = append(claimFirst, first...)
 			if len(batch) == 0 {
 				return nil, claimFirst
 			}
@@ -233,6 +235,32 @@ func (l *lease) find(key string) (*leased, time.Time, bool) {
 	defer l.mu.Unlock()
 	j := l.jobs[key]
 	return j, l.until, j != nil && !j.orphan.IsZero()
+}
+
+// maxLeaseBytes bounds a lease record, well under the server's smallest
+// max payload (1 MiB): a pool with a large --prefetch and long job IDs
+// claims the jobs that do not fit first, rather than fail every write.
+const maxLeaseBytes = 256 << 10
+
+// leasedJobBytes is about what one job adds to the lease record, besides
+// its key.
+const leasedJobBytes = 32
+
+// fit returns the jobs of batch that fit in the lease, in order, and the
+// rest.
+func (l *lease) fit(batch []*inflight) (fits, rest []*inflight) {
+	l.mu.Lock()
+	size := 0
+	for key := range l.jobs {
+		size += len(key) + leasedJobBytes
+	}
+	l.mu.Unlock()
+	for i, it := range batch {
+		if size += len(data.Key(it.job.ID)) + leasedJobBytes; size > maxLeaseBytes {
+			return batch[:i], batch[i:]
+		}
+	}
+	return batch, nil
 }
 
 // add writes the lease with batch's jobs in it. checked is the last lease

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +216,28 @@ func TestSweepLeavesAJobOnALiveLease(t *testing.T) {
 	close(release)
 	if err != nil || moved {
 		t.Fatalf("sweep of a job on a live lease: got moved %v, %v; want left alone", moved, err)
+	}
+}
+
+// A lease record stays under maxLeaseBytes: the jobs that would take it
+// over are claimed first instead.
+func TestLeaseFitKeepsTheRecordSmall(t *testing.T) {
+	t.Parallel()
+	l := newLease()
+	// Keys that leave 50 bytes of room: one for a short job, none for a
+	// job with a 100-byte key, or for any after it.
+	size := 0
+	for i := 0; maxLeaseBytes-50-size > leasedJobBytes; i++ {
+		n := min(500, maxLeaseBytes-50-size-leasedJobBytes)
+		l.jobs[fmt.Sprintf("%0*d", n, i)] = &leased{seq: uint64(i)}
+		size += n + leasedJobBytes
+	}
+	batch := []*inflight{stubJob("short", 1), stubJob(strings.Repeat("x", 100), 2), stubJob("=never-fits", 3)}
+	fits, rest := l.fit(batch)
+	if len(fits) != 1 || len(rest) != 2 || fits[0] != batch[0] {
+		t.Fatalf("fit: got %d fitting, %d left; want the first job only", len(fits), len(rest))
+	}
+	if fits, rest := newLease().fit(batch); len(fits) != 3 || len(rest) != 0 {
+		t.Fatalf("fit in an empty lease: got %d fitting, %d left; want all", len(fits), len(rest))
 	}
 }
