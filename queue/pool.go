@@ -373,10 +373,15 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 		return false
 	}
 	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
+	start := time.Now()
 	it.mu.Lock()
 	it.ran = true
+	if it.unclaimed && it.claim.Revision == 0 {
+		// Prepared when it was leased: it starts now.
+		it.claim.Record.StartedAt = start.UTC()
+		it.claim.Record.FirstAt = it.claim.Record.StartedAt
+	}
 	it.mu.Unlock()
-	start := time.Now()
 	p.handling.Add(1)
 	herr := p.run(ctx, it)
 	p.handling.Add(-1)

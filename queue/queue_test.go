@@ -1491,3 +1491,24 @@ func TestRedriveWhileTheJobRunsOnALease(t *testing.T) {
 		t.Errorf("record: got %+v, want done", rec)
 	}
 }
+
+func TestLeasedJobRecordsWhenItStarted(t *testing.T) {
+	t.Parallel()
+	// One worker, two jobs leased together: the second waits for the
+	// first, and its record says it started after the first finished, not
+	// when it was leased.
+	b := setup(t, queue.Config{Workers: 1})
+	b.enqueue(t, "job.s", "slow", "x")
+	b.enqueue(t, "job.s", "next", "x")
+	b.startPool(t, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		if job.ID == "slow" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return nil
+	}))
+	b.waitDrained(t)
+	slow, next := b.record(t, "slow"), b.record(t, "next")
+	if next.StartedAt.Before(slow.FinishedAt) || !next.FirstAt.Equal(next.StartedAt) {
+		t.Errorf("next started %v (first %v), slow finished %v; want next started after, first = started", next.StartedAt, next.FirstAt, slow.FinishedAt)
+	}
+}
