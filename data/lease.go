@@ -28,11 +28,15 @@ import (
 //     lease sequence that Check saw (WriteLease): of two pools that take
 //     the same job, the second write fails and its next Check finds the
 //     first.
-//  3. A job in a lease that is live is not run by anyone else; one in a
-//     lease that ended may have run, so it is claimed (Claim) as a resumed
-//     attempt, and the records' compare-and-set decides between takers.
+//  3. A job that a live lease holds is not run by anyone else. One listed
+//     in a lease that ended, or as an orphan (see LeasedJob), may have run:
+//     it goes into the next pool's lease as a resumed attempt, by rule 2.
+//     A job without a record is never claimed with a create outside a
+//     lease, which another pool's check could miss.
 //  4. A pool drops a job from its lease only after the job's record is
-//     stored, so at any moment one of them says that the job may be running.
+//     stored, or keeps it as an orphan when its handler ran and no record
+//     could be stored; so at any moment one of them says that the job may
+//     have run.
 //
 // LeasePrefix is the key prefix of leases. Job keys never hold a dot (see
 // Key), so none is under it.
@@ -55,6 +59,10 @@ type Lease struct {
 type LeasedJob struct {
 	Key string `json:"k"`
 	Seq uint64 `json:"s"`
+	// Orphan: its handler ran and its outcome could not be recorded; the
+	// lease keeps it only as a sign that it may have run, as a lease that
+	// ended does, not as a job that runs.
+	Orphan bool `json:"o,omitempty"`
 }
 
 // Snapshot is what Check read: which jobs have a record, and every lease.
@@ -69,7 +77,7 @@ type Snapshot struct {
 
 type leaseRef struct {
 	lease int // index in Leases
-	seq   uint64
+	job   LeasedJob
 }
 
 func (s *Snapshot) addLease(owner, seq string, skip bool, msg *nats.Msg) error {
@@ -91,24 +99,33 @@ func (s *Snapshot) addLease(owner, seq string, skip bool, msg *nats.Msg) error {
 		s.leased = map[string][]leaseRef{}
 	}
 	for _, j := range ls.Jobs {
-		s.leased[j.Key] = append(s.leased[j.Key], leaseRef{lease: len(s.Leases), seq: j.Seq})
+		s.leased[j.Key] = append(s.leased[j.Key], leaseRef{lease: len(s.Leases), job: j})
 	}
 	s.Leases = append(s.Leases, ls)
 	return nil
 }
 
-// Leased returns the lease that lists key (the one ending last, if several
-// do) and the stream sequence listed with it.
-func (s *Snapshot) Leased(key string) (*Lease, uint64, bool) {
+// Leased returns the lease that lists key and its entry there, preferring
+// one that holds the job running, and of those the one ending last.
+func (s *Snapshot) Leased(key string) (*Lease, LeasedJob, bool) {
 	var found *Lease
-	var seq uint64
+	var job LeasedJob
 	for _, ref := range s.leased[key] {
 		ls := &s.Leases[ref.lease]
-		if found == nil || ls.Until.After(found.Until) {
-			found, seq = ls, ref.seq
+		better := found == nil || job.Orphan && !ref.job.Orphan ||
+			job.Orphan == ref.job.Orphan && ls.Until.After(found.Until)
+		if better {
+			found, job = ls, ref.job
 		}
 	}
-	return found, seq, found != nil
+	return found, job, found != nil
+}
+
+// Holds reports whether a lease holds key running at now: listed, not as
+// an orphan, in a lease that has not ended.
+func (s *Snapshot) Holds(key string, now time.Time) bool {
+	ls, job, ok := s.Leased(key)
+	return ok && !job.Orphan && now.Before(ls.Until)
 }
 
 // kvOperation is the header of a key/value delete or purge marker.
@@ -152,12 +169,11 @@ func (l *Ledger) DeleteLease(ctx context.Context, owner string, revision uint64)
 	return nil
 }
 
-// Leased reports whether a live lease, of any pool, holds job.
+// Leased reports whether a live lease, of any pool, holds job running.
 func (l *Ledger) Leased(ctx context.Context, job *Job) (bool, error) {
 	s, err := l.Check(ctx, []*Job{job}, "")
 	if err != nil {
 		return false, err
 	}
-	ls, _, ok := s.Leased(Key(job.ID))
-	return ok && time.Now().Before(ls.Until), nil
+	return s.Holds(Key(job.ID), time.Now()), nil
 }

@@ -46,12 +46,15 @@ func TestLeaseWritesExpectTheLastLeaseOfAnyPool(t *testing.T) {
 		t.Fatalf("check after the race: got %+v, want p's lease at %d", q, seq)
 	}
 	for _, e := range entries {
-		ls, s, ok := q.Leased(e.Key)
-		if !ok || ls.Owner != "p" || ls.Worker != "wp" || s != e.Seq || !ls.Until.Equal(until) || ls.Revision != seq {
-			t.Errorf("leased %s: got %+v, %d, %v; want p's lease, seq %d", e.Key, ls, s, ok, e.Seq)
+		ls, j, ok := q.Leased(e.Key)
+		if !ok || ls.Owner != "p" || ls.Worker != "wp" || j != e || !ls.Until.Equal(until) || ls.Revision != seq {
+			t.Errorf("leased %s: got %+v, %+v, %v; want p's lease, %+v", e.Key, ls, j, ok, e)
+		}
+		if !q.Holds(e.Key, time.Now()) || q.Holds(e.Key, until) {
+			t.Errorf("holds %s: want held before the lease ends, not after", e.Key)
 		}
 	}
-	if _, _, ok := q.Leased("other"); ok {
+	if _, _, ok := q.Leased("other"); ok || q.Holds("other", time.Now()) {
 		t.Error("leased other: got a lease, want none")
 	}
 	// A pool's own lease is left out of its check, but counts for the
@@ -120,5 +123,34 @@ func TestLeaseUnreadableFailsTheCheck(t *testing.T) {
 	}
 	if _, err := l.Check(ctx, []*data.Job{{ID: "a", Seq: 1, Attempt: 1}}, "p"); !errors.Is(err, data.ErrCorruptRecord) {
 		t.Fatalf("check: got %v, want ErrCorruptRecord", err)
+	}
+}
+
+// An orphan in a lease (a job whose handler ran and whose outcome could not
+// be recorded) is a sign that the job may have run, not a job that runs: a
+// lease that lists it does not hold it.
+func TestLeaseOrphanIsNotHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLedgerJS(t)
+	until := time.Now().Add(time.Minute).UTC()
+	ls := data.Lease{Worker: "w", Until: until, Jobs: []data.LeasedJob{{Key: "run", Seq: 1}, {Key: "orphan", Seq: 2, Orphan: true}}}
+	if _, err := l.WriteLease(ctx, "p", ls, 0); err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.Check(ctx, nil, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Holds("run", time.Now()) || s.Holds("orphan", time.Now()) {
+		t.Errorf("holds: run %v, orphan %v; want true, false", s.Holds("run", time.Now()), s.Holds("orphan", time.Now()))
+	}
+	if _, j, ok := s.Leased("orphan"); !ok || !j.Orphan {
+		t.Errorf("leased orphan: got %+v, %v; want listed as an orphan", j, ok)
+	}
+	for id, want := range map[string]bool{"run": true, "orphan": false} {
+		if held, err := l.Leased(ctx, &data.Job{ID: id}); err != nil || held != want {
+			t.Errorf("ledger leased %s: got %v, %v; want %v", id, held, err, want)
+		}
 	}
 }

@@ -33,14 +33,14 @@ func (p *Pool) startClaims(ctx context.Context) {
 	checks := make(chan checked, 1)
 	go p.checkBatches(ctx, checks)
 	for c := range checks {
-		leased, first := p.admitBatch(ctx, c)
-		for _, it := range leased {
+		// Drops up to this check's are seen by every check to come.
+		p.lease.forget(c.gen)
+		p.admitAll(ctx, c, func(it *inflight, leased bool) {
+			if !leased {
+				<-p.ahead
+			}
 			p.claims <- it
-		}
-		for _, it := range first {
-			<-p.ahead
-			p.claims <- it
-		}
+		})
 	}
 }
 

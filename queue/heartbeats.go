@@ -58,20 +58,21 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 			}
 		}
 		h.mu.Unlock()
-		// Every due job's InProgress goes out before any claim renewal, so a
-		// slow ledger write delays no job's keep-alive to the server.
+		// Every due job's InProgress goes out before any ledger write, and
+		// the lease, which holds most jobs, is renewed before the claims,
+		// so a slow write delays neither.
 		for _, it := range due {
 			p.keepAlive(it)
+		}
+		if p.leasing {
+			p.lease.renew(context.WithoutCancel(ctx), p)
 		}
 		for _, it := range due {
 			p.renew(ctx, it)
 		}
-		if p.leasing {
-			p.lease.renew(context.WithoutCancel(ctx), p)
-			if now.Sub(collected) >= p.cfg.lease() {
-				collected = now
-				p.lease.collect(context.WithoutCancel(ctx), p)
-			}
+		if p.leasing && now.Sub(collected) >= p.cfg.lease() {
+			collected = now
+			p.lease.collect(context.WithoutCancel(ctx), p)
 		}
 	}
 }

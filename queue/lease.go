@@ -30,6 +30,9 @@ type lease struct {
 	// key was, for the checks made before (see sortBatch).
 	gen     uint64
 	dropped map[string]uint64
+	// unrecorded holds, for a while, the orphans dropped when their time
+	// ran out: their next attempt here is resumed (see ranUnrecorded).
+	unrecorded map[string]time.Time
 }
 
 // leased is one job in the pool's lease.
@@ -43,38 +46,40 @@ type leased struct {
 }
 
 func newLease() *lease {
-	return &lease{owner: nuid.Next(), jobs: map[string]*leased{}, dropped: map[string]uint64{}}
+	return &lease{owner: nuid.Next(), jobs: map[string]*leased{}, dropped: map[string]uint64{}, unrecorded: map[string]time.Time{}}
 }
 
 // admitBatch decides how each job fetched together runs (see data's Leases
 // for the rules):
 //
-//   - a job in a live lease, this pool's or another's, is released until
-//     that lease ends, or acked if it is a second copy of the leased job;
-//   - a job with a record, or in a lease that ended (it may have run), is
-//     claimed first, the latter as a resumed attempt;
+//   - a job that a live lease holds, this pool's or another's, is released
+//     until that lease ends, or acked if it is a second copy of the leased
+//     job;
+//   - a job with a record is claimed first;
 //   - the rest go into the pool's lease, in one write, and run on prepared
-//     claims that their outcome's write turns into records.
+//     claims that their outcome's write turns into records; as resumed
+//     attempts if a lease that ended, or an orphan, lists them, since an
+//     earlier attempt may have run.
 //
 // c holds the batch and the ledger check made for it, which may be older
 // than the pool's last lease write (see checkBatches). It returns the jobs
-// that run on the lease and those to claim first. A failed read or write
-// is retried until ctx ends; the jobs wait, with heartbeats, and then go
-// back to JOB.
-func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst []*inflight) {
+// that run on the lease, those to claim first, and those to check again:
+// one that left the pool's lease after the check, whose record the check
+// may not show, and those the lease has no room for. A failed read or
+// write is retried until ctx ends; the jobs wait, with heartbeats, and
+// then go back to JOB.
+func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, later []*inflight) {
 	backoff := 50 * time.Millisecond
 	batch, snap, err, gen := c.batch, c.snap, c.err, c.gen
-	// Drops up to the check's are seen by every check to come.
-	p.lease.forget(gen)
 	for {
 		if err == nil {
-			var first []*inflight
-			batch, first = p.sortBatch(snap, gen, batch)
-			claimFirst = append(claimFirst, first...)
-			batch, first = p.lease.fit(batch)
-			claimFirst = append(claimFirst, first...)
+			var first, again []*inflight
+			batch, first, again = p.sortBatch(snap, gen, batch)
+			claimFirst, later = append(claimFirst, first...), append(later, again...)
+			batch, again = p.lease.fit(batch)
+			later = append(later, again...)
 			if len(batch) == 0 {
-				return nil, claimFirst
+				return nil, claimFirst, later
 			}
 			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 			err = p.lease.add(opCtx, p, batch, snap.LeaseSeq)
@@ -85,7 +90,7 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst []
 					it.claim, it.unclaimed = p.ledger.Prepare(it.job, p.cfg.WorkerName), true
 					it.mu.Unlock()
 				}
-				return batch, claimFirst
+				return batch, claimFirst, later
 			}
 		}
 		if !errors.Is(err, data.ErrLeaseRaced) { // else another pool's write came first: check again
@@ -97,11 +102,38 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst []
 				for _, it := range batch {
 					p.handBack(it, "shutdown before the job's ledger check")
 				}
-				return nil, claimFirst
+				return nil, claimFirst, later
 			}
 		}
 		gen = p.lease.generation()
 		snap, err = p.check(ctx, batch)
+	}
+}
+
+// admitAll admits c's jobs, checking again those admitBatch leaves for
+// later until none is left, and passes each on with pass.
+func (p *Pool) admitAll(ctx context.Context, c checked, pass func(it *inflight, leased bool)) {
+	for {
+		leased, first, later := p.admitBatch(ctx, c)
+		for _, it := range leased {
+			pass(it, true)
+		}
+		for _, it := range first {
+			pass(it, false)
+		}
+		if len(later) == 0 {
+			return
+		}
+		select {
+		case <-time.After(10 * time.Millisecond): // room in the lease, or the record settled
+		case <-ctx.Done():
+			for _, it := range later {
+				p.handBack(it, "shutdown before the job's ledger check")
+			}
+			return
+		}
+		c.batch, c.gen = later, p.lease.generation()
+		c.snap, c.err = p.check(ctx, later)
 	}
 }
 
@@ -158,11 +190,12 @@ func (p *Pool) check(ctx context.Context, batch []*inflight) (*data.Snapshot, er
 }
 
 // sortBatch hands back the jobs that a live lease holds, by snap, and
-// returns the jobs that go into the pool's lease and those to claim first.
-// snap leaves out the pool's own lease, which the pool knows better; but a
-// job that left it after the check (gen: the drops before it) has a record
-// that snap may not show, so it is claimed first and its record decides.
-func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (take, claimFirst []*inflight) {
+// returns the jobs that go into the pool's lease, those to claim first and
+// those to check again. snap leaves out the pool's own lease, which the
+// pool knows better; but a job that left it after the check (gen: the
+// drops before it) has a record that snap may not show, or is an orphan
+// whose time ran out, so it is checked again.
+func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (take, claimFirst, later []*inflight) {
 	now := time.Now()
 	take = make([]*inflight, 0, len(batch))
 	taking := make(map[string]uint64, len(batch))
@@ -173,32 +206,26 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 			continue
 		}
 		mine, until, orphan := p.lease.find(key)
-		ls, seq, leased := snap.Leased(key)
+		ls, job, listed := snap.Leased(key)
 		switch {
 		case mine != nil && !orphan:
 			p.leasedElsewhere(it, mine.seq, until)
-		case leased && now.Before(ls.Until):
-			p.leasedElsewhere(it, seq, ls.Until)
+		case snap.Holds(key, now):
+			p.leasedElsewhere(it, job.Seq, ls.Until)
 		case snap.Found[i]:
 			claimFirst = append(claimFirst, it)
 		case mine == nil && p.lease.droppedSince(key, gen):
-			// Its record was stored, or its handler ran and none could
-			// be: with no record found, the attempt is resumed.
-			it.job.Resumed = true
-			claimFirst = append(claimFirst, it)
-		case leased || orphan:
-			// An earlier attempt may have run its handler.
-			it.job.Resumed = true
-			if orphan {
-				p.lease.drop(key)
-			}
-			claimFirst = append(claimFirst, it)
+			later = append(later, it)
 		default:
+			if listed || orphan || p.lease.ranUnrecorded(key) {
+				// An earlier attempt may have run its handler.
+				it.job.Resumed = true
+			}
 			taking[key] = it.job.Seq
 			take = append(take, it)
 		}
 	}
-	return take, claimFirst
+	return take, claimFirst, later
 }
 
 // leasedElsewhere hands back a job that a lease holds until until: released
@@ -280,6 +307,7 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 	if checked < l.seen {
 		return fmt.Errorf("%w: checked at lease write %d, before %d", data.ErrLeaseRaced, checked, l.seen)
 	}
+	l.giveUpIfLapsed(p, errors.New("the lease was not renewed in time"))
 	expect := max(checked, l.last)
 	extra := make([]data.LeasedJob, len(batch))
 	for i, it := range batch {
@@ -300,12 +328,18 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra []data.LeasedJob) error {
 	now := time.Now()
 	ls := data.Lease{Worker: p.cfg.WorkerName, Until: now.Add(p.cfg.lease()).UTC(), Jobs: make([]data.LeasedJob, 0, len(l.jobs)+len(extra))}
+	for key, at := range l.unrecorded {
+		if now.Sub(at) > 2*p.cfg.lease() {
+			delete(l.unrecorded, key)
+		}
+	}
 	for key, j := range l.jobs {
 		if !j.orphan.IsZero() && now.Sub(j.orphan) > p.cfg.lease() {
 			l.dropLocked(key)
+			l.unrecorded[key] = now
 			continue
 		}
-		ls.Jobs = append(ls.Jobs, data.LeasedJob{Key: key, Seq: j.seq})
+		ls.Jobs = append(ls.Jobs, data.LeasedJob{Key: key, Seq: j.seq, Orphan: !j.orphan.IsZero()})
 	}
 	ls.Jobs = append(ls.Jobs, extra...)
 	seq, err := p.ledger.WriteLease(ctx, l.owner, ls, expect)
@@ -353,6 +387,16 @@ func (l *lease) generation() uint64 {
 	return l.gen
 }
 
+// ranUnrecorded reports, once, whether key was an orphan of this lease that
+// ran out its time in it lately.
+func (l *lease) ranUnrecorded(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.unrecorded[key]
+	delete(l.unrecorded, key)
+	return ok
+}
+
 // droppedSince reports whether key left the lease after gen drops.
 func (l *lease) droppedSince(key string, gen uint64) bool {
 	l.mu.Lock()
@@ -384,14 +428,14 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 	}
 	// The jobs are cancelled a sixth of the ack wait before the lease ends
 	// unless it is renewed by then, however long the writes take.
-	giveUp := l.until.Add(-p.cfg.heartbeat() / 2)
+	deadline := time.Now().Add(opTimeout)
 	if !l.until.IsZero() && len(l.jobs) > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, giveUp)
-		defer cancel()
+		deadline = l.giveUpAt(p)
 	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	expect := l.last
-	var err error
+	err := data.ErrLeaseRaced
 	for range 3 {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		err = l.writeLocked(opCtx, p, expect, nil)
@@ -408,13 +452,25 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 		}
 		expect = snap.LeaseSeq
 		l.seen = max(l.seen, expect) // the next write may not rest on an older check
+		err = data.ErrLeaseRaced
 	}
 	if err == nil {
 		return
 	}
 	p.log.Warn().Err(err).Time("lease_until", l.until).Msg("renew the pool's lease")
-	if len(l.jobs) > 0 && !time.Now().Before(giveUp) {
-		p.beats.loseLeased(fmt.Errorf("%w: the pool's lease could not be renewed before its end: %w", data.ErrClaimLost, err))
+	l.giveUpIfLapsed(p, err)
+}
+
+// giveUpAt is when the pool gives its leased jobs up unless the lease is
+// renewed: a sixth of the ack wait before the lease ends, so that their
+// handlers stop before another pool may take them over.
+func (l *lease) giveUpAt(p *Pool) time.Time { return l.until.Add(-p.cfg.heartbeat() / 2) }
+
+// giveUpIfLapsed cancels the handlers of the leased jobs once the lease
+// was not renewed in time, whatever write comes next. l.mu is held.
+func (l *lease) giveUpIfLapsed(p *Pool, cause error) {
+	if len(l.jobs) > 0 && !l.until.IsZero() && !time.Now().Before(l.giveUpAt(p)) {
+		p.beats.loseLeased(fmt.Errorf("%w: the pool's lease could not be renewed before its end: %w", data.ErrClaimLost, cause))
 	}
 }
 

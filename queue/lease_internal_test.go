@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
@@ -104,6 +106,17 @@ func leasingPool(t *testing.T, obj *Objects) *Pool {
 	return p
 }
 
+// checkOf checks batch for p, as checkBatches does.
+func checkOf(t *testing.T, p *Pool, batch []*inflight) checked {
+	t.Helper()
+	gen := p.lease.generation()
+	snap, err := p.check(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return checked{batch: batch, snap: snap, gen: gen}
+}
+
 // stubMsg stands in for a delivered job: its acks and naks go nowhere.
 type stubMsg struct{ jetstream.Msg }
 
@@ -126,32 +139,24 @@ func TestLeaseRetriedWriteThenAnOlderCheck(t *testing.T) {
 	obj := leasingObjects(t)
 	a, b := leasingPool(t, obj), leasingPool(t, obj)
 	ctx := context.Background()
-	checkOf := func(p *Pool, batch []*inflight) checked {
-		gen := p.lease.generation()
-		snap, err := p.check(ctx, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return checked{batch: batch, snap: snap, gen: gen}
-	}
-	n := checkOf(a, []*inflight{stubJob("X", 1)})
-	n1 := checkOf(a, []*inflight{stubJob("J", 2)}) // one batch ahead
-	if leased, _ := b.admitBatch(ctx, checkOf(b, []*inflight{stubJob("J", 3)})); len(leased) != 1 {
+	n := checkOf(t, a, []*inflight{stubJob("X", 1)})
+	n1 := checkOf(t, a, []*inflight{stubJob("J", 2)}) // one batch ahead
+	if leased, _, _ := b.admitBatch(ctx, checkOf(t, b, []*inflight{stubJob("J", 3)})); len(leased) != 1 {
 		t.Fatalf("B leased %d jobs, want 1", len(leased))
 	}
-	if leased, _ := a.admitBatch(ctx, n); len(leased) != 1 {
+	if leased, _, _ := a.admitBatch(ctx, n); len(leased) != 1 {
 		t.Fatalf("A leased %d jobs of its first batch, want 1", len(leased))
 	}
-	if leased, _ := a.admitBatch(ctx, n1); len(leased) != 0 {
+	if leased, _, _ := a.admitBatch(ctx, n1); len(leased) != 0 {
 		t.Errorf("A leased J although B's live lease holds it: both pools would run J at once")
 	}
 }
 
 // A check made while a job's first copy runs on the pool's own lease,
 // which checks leave out, is used after that copy's completion is recorded
-// and the job left the lease: the second copy is claimed first, finds the
-// record, and does not run.
-func TestLeaseCheckOlderThanADropClaimsFirst(t *testing.T) {
+// and the job left the lease: the second copy is checked again, claimed
+// first, finds the record, and does not run.
+func TestLeaseCheckOlderThanADropChecksAgain(t *testing.T) {
 	t.Parallel()
 	obj := leasingObjects(t)
 	a := leasingPool(t, obj)
@@ -162,7 +167,7 @@ func TestLeaseCheckOlderThanADropClaimsFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leased, _ := a.admitBatch(ctx, checked{batch: first, snap: snap, gen: gen})
+	leased, _, _ := a.admitBatch(ctx, checked{batch: first, snap: snap, gen: gen})
 	if len(leased) != 1 {
 		t.Fatal("J not leased")
 	}
@@ -178,14 +183,17 @@ func TestLeaseCheckOlderThanADropClaimsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.leaveLease(it)
-	took, claimFirst := a.admitBatch(ctx, checked{batch: second, snap: snap2, gen: gen})
-	if len(took) != 0 || len(claimFirst) != 1 {
-		t.Fatalf("second copy of J: leased %d, claimed first %d; want it claimed first", len(took), len(claimFirst))
+	took, claimFirst, later := a.admitBatch(ctx, checked{batch: second, snap: snap2, gen: gen})
+	if len(took) != 0 || len(claimFirst) != 0 || len(later) != 1 {
+		t.Fatalf("second copy of J on the old check: leased %d, claimed first %d, later %d; want it checked again", len(took), len(claimFirst), len(later))
 	}
-	if !a.claimed(ctx, claimFirst[0]) {
-		return // acked as done
+	took, claimFirst, later = a.admitBatch(ctx, checkOf(t, a, later))
+	if len(took) != 0 || len(claimFirst) != 1 || len(later) != 0 {
+		t.Fatalf("second copy of J checked again: leased %d, claimed first %d, later %d; want it claimed first", len(took), len(claimFirst), len(later))
 	}
-	t.Error("the second copy of J was handed to a worker although J is recorded done")
+	if a.claimed(ctx, claimFirst[0]) {
+		t.Error("the second copy of J was handed to a worker although J is recorded done")
+	}
 }
 
 // The sweep, told that a job's deliveries ran out, leaves alone a job that
@@ -239,5 +247,127 @@ func TestLeaseFitKeepsTheRecordSmall(t *testing.T) {
 	}
 	if fits, rest := newLease().fit(batch); len(fits) != 3 || len(rest) != 0 {
 		t.Fatalf("fit in an empty lease: got %d fitting, %d left; want all", len(fits), len(rest))
+	}
+}
+
+// recMsg records the acks and naks of a stand-in delivered job.
+type recMsg struct {
+	stubMsg
+	acked, naked *atomic.Int32
+}
+
+func (m recMsg) Ack() error                       { m.acked.Add(1); return nil }
+func (m recMsg) DoubleAck(context.Context) error  { m.acked.Add(1); return nil }
+func (m recMsg) Nak() error                       { m.naked.Add(1); return nil }
+func (m recMsg) NakWithDelay(time.Duration) error { m.naked.Add(1); return nil }
+
+func recJob(id string, seq uint64) (*inflight, recMsg) {
+	m := recMsg{acked: new(atomic.Int32), naked: new(atomic.Int32)}
+	return &inflight{msg: m, job: &data.Job{ID: id, Seq: seq, Attempt: 1}}, m
+}
+
+// A job that does not fit pool A's full lease is not claimed (a record
+// made outside any lease, which pool B's check could miss) but checked
+// again later, by when B's lease holds it.
+func TestLeaseFullChecksAgainRatherThanClaim(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
+	ctx := context.Background()
+	for i := 0; i <= maxLeaseBytes/(100+leasedJobBytes); i++ {
+		a.lease.jobs[fmt.Sprintf("%0100d", i)] = &leased{seq: uint64(1000 + i)}
+	}
+	cB := checkOf(t, b, []*inflight{stubJob("K", 2)})
+	took, first, later := a.admitBatch(ctx, checkOf(t, a, []*inflight{stubJob("K", 1)}))
+	if len(took)+len(first) != 0 || len(later) != 1 {
+		t.Fatalf("A, lease full: leased %d, claimed first %d, later %d; want it checked again", len(took), len(first), len(later))
+	}
+	if took, _, _ := b.admitBatch(ctx, cB); len(took) != 1 {
+		t.Fatal("B did not lease K")
+	}
+	a.lease.jobs = map[string]*leased{} // room again
+	took, first, later = a.admitBatch(ctx, checkOf(t, a, later))
+	if len(took)+len(first)+len(later) != 0 {
+		t.Errorf("A, checked again: leased %d, claimed first %d, later %d; want K handed back, as B's lease holds it", len(took), len(first), len(later))
+	}
+}
+
+// An orphan (its handler ran, its outcome could not be recorded) that pool
+// A's lease lists after A dead-lettered and acked the job holds nothing
+// back: dlq retry writes the job's record, and pool B claims the re-driven
+// copy rather than ack it as a duplicate of a running job.
+func TestLeaseOrphanDoesNotSwallowARedrive(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
+	ctx := context.Background()
+	ack, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, _ := recJob("J", ack.Sequence)
+	it.job.Subject = "job.x"
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
+		t.Fatal("J not leased")
+	}
+	// As fail() does when the ledger refuses the failed record: the dead
+	// letter is stored, the job acked, and it leaves the lease an orphan.
+	it.ran = true
+	if err := deadLetter(ctx, obj.JS, it.job, nats.Header{}, "permanent"); err != nil {
+		t.Fatal(err)
+	}
+	a.leaveLease(it)
+	a.lease.wrote = time.Time{}
+	a.lease.renew(ctx, a)
+	d, err := FindDeadLetter(ctx, obj, "J")
+	if err != nil {
+		t.Fatal(err)
+	}
+	redriven, err := RetryDeadLetter(ctx, obj, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ledger.Get(ctx, "J"); err != nil {
+		t.Fatalf("after dlq retry: %v; want the job's record written", err)
+	}
+	cp, m := recJob("J", redriven.Sequence)
+	_, first, _ := b.admitBatch(ctx, checkOf(t, b, []*inflight{cp}))
+	if len(first) != 1 || m.acked.Load() != 0 {
+		t.Errorf("B: claimed first %d, acked %d; want the re-driven copy claimed", len(first), m.acked.Load())
+	}
+}
+
+// Pool A's lease ended unrenewed (its heartbeat loop was late) and pool B
+// took the job over. A's next lease write, for another batch, must not
+// revive the lease under the job: A gives its leased jobs up first.
+func TestLeaseLapsedIsGivenUpBeforeTheNextWrite(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
+	ctx := context.Background()
+	k, _ := recJob("K", 1)
+	a.beats.add(k)
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{k})); len(leased) != 1 {
+		t.Fatal("K not leased")
+	}
+	var cancelled atomic.Bool
+	k.mu.Lock()
+	k.ran, k.cancel = true, func(error) { cancelled.Store(true) }
+	k.mu.Unlock()
+	past := time.Now().Add(-time.Second).UTC()
+	seq, err := a.ledger.WriteLease(ctx, a.lease.owner, data.Lease{Worker: "a", Until: past, Jobs: []data.LeasedJob{{Key: "K", Seq: 1}}}, a.lease.last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.lease.last, a.lease.until = seq, past
+	kB := stubJob("K", 1) // redelivered to B
+	if leased, _, _ := b.admitBatch(ctx, checkOf(t, b, []*inflight{kB})); len(leased) != 1 || !kB.job.Resumed {
+		t.Fatalf("B: leased %d (resumed %v); want K taken over as a resumed attempt", len(leased), kB.job.Resumed)
+	}
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{stubJob("X", 2)})); len(leased) != 1 {
+		t.Fatal("X not leased")
+	}
+	if !cancelled.Load() {
+		t.Error("A's handler of K runs on beside B's: its lapsed lease was written again")
 	}
 }

@@ -116,6 +116,9 @@ type inflight struct {
 	unclaimed bool
 	// ran: its handler started.
 	ran bool
+	// superseded: its prepared claim's first write found another record,
+	// which decides from there on.
+	superseded bool
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -272,8 +275,9 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 			batch := []*inflight{it}
 			gen := p.lease.generation()
 			snap, err := p.check(ctx, batch)
-			leased, first := p.admitBatch(ctx, checked{batch: batch, snap: snap, err: err, gen: gen})
-			if len(leased)+len(first) == 0 {
+			admitted := false
+			p.admitAll(ctx, checked{batch: batch, snap: snap, err: err, gen: gen}, func(*inflight, bool) { admitted = true })
+			if !admitted {
 				return // handed back
 			}
 		}
@@ -306,15 +310,15 @@ func (p *Pool) release(it *inflight) {
 }
 
 // leaveLease drops a job that ran on the pool's lease from it once it is
-// through: its record is stored, or its handler never started. One whose
-// handler ran and whose outcome could not be recorded stays a while (see
-// leased.orphan).
+// through: its record is stored (its own, or another holder's that took it
+// over), or its handler never started. One whose handler ran and whose
+// outcome could not be recorded stays a while (see leased.orphan).
 func (p *Pool) leaveLease(it *inflight) {
 	if !it.unclaimed {
 		return
 	}
 	it.mu.Lock()
-	orphan := it.ran && it.claim.Revision == 0
+	orphan := it.ran && it.claim.Revision == 0 && !it.superseded
 	it.mu.Unlock()
 	p.lease.done(data.Key(it.job.ID), orphan)
 }
@@ -435,6 +439,9 @@ func (p *Pool) leaseLost(it *inflight, cause error, log zerolog.Logger) {
 	opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := p.ledger.Retry(opCtx, &it.claim, it.took, data.CauseCutOff); err != nil {
+		it.mu.Lock()
+		it.superseded = errors.Is(err, data.ErrClaimLost)
+		it.mu.Unlock()
 		log.Warn().Err(cause).AnErr("record", err).Msg("lease lost while the job ran: left for redelivery, as a resumed attempt")
 		return
 	}
@@ -477,6 +484,9 @@ func (p *Pool) ackAll(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	for it := range p.dones {
 		if err := it.write.Wait(ctx); err != nil {
+			it.mu.Lock()
+			it.superseded = errors.Is(err, data.ErrClaimLost)
+			it.mu.Unlock()
 			p.recordFailed(it.msg, it.job, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
 			p.release(it)
 			continue
