@@ -364,13 +364,6 @@ func (l *lease) done(key string, orphan bool) {
 	l.dropLocked(key)
 }
 
-// drop drops key from the lease.
-func (l *lease) drop(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.dropLocked(key)
-}
-
 func (l *lease) dropLocked(key string) {
 	if _, ok := l.jobs[key]; ok {
 		delete(l.jobs, key)
