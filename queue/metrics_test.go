@@ -165,11 +165,15 @@ func TestMetricsNilIsOff(t *testing.T) {
 // expected count.
 func checkStatusGauges(t *testing.T, b *testBundle, reg *prometheus.Registry, wantJobs uint64) {
 	t.Helper()
-	st := b.status(t)
-	if st.Stream.Messages != wantJobs {
-		t.Fatalf("JOB holds %d jobs, want %d", st.Stream.Messages, wantJobs)
-	}
-	want := fmt.Sprintf(`
+	// The server updates a consumer's counts a moment after a publish: two
+	// reads agree once they settle.
+	var diff error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st := b.status(t)
+		if st.Stream.Messages != wantJobs {
+			t.Fatalf("JOB holds %d jobs, want %d", st.Stream.Messages, wantJobs)
+		}
+		want := fmt.Sprintf(`
 # HELP jobq_consumer_ack_pending Jobs delivered by WORKER and running or waiting for a retry.
 # TYPE jobq_consumer_ack_pending gauge
 jobq_consumer_ack_pending %d
@@ -186,10 +190,12 @@ jobq_ledger_records %d
 # TYPE jobq_stream_jobs gauge
 jobq_stream_jobs %d
 `, st.Consumer.AckPending, st.Consumer.Pending, st.DLQ.Messages, st.Ledger.Records, st.Stream.Messages)
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"jobq_stream_jobs", "jobq_consumer_pending", "jobq_consumer_ack_pending", "jobq_dlq_jobs", "jobq_ledger_records"); err != nil {
-		t.Errorf("status gauges differ from ReadStatus: %v", err)
+		if diff = testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"jobq_stream_jobs", "jobq_consumer_pending", "jobq_consumer_ack_pending", "jobq_dlq_jobs", "jobq_ledger_records"); diff == nil {
+			return
+		}
 	}
+	t.Errorf("status gauges differ from ReadStatus after 5s: %v", diff)
 }
 
 // metricOf returns the series of family name with subject label subject,
