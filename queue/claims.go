@@ -19,9 +19,9 @@ const checkBatch = 256
 // startClaims takes the fetched jobs in batches, as checkBatches read the
 // ledger for them, and decides how each runs (see admitBatch): most go into
 // the pool's lease in one ledger write and run on prepared claims; a job
-// with a record, or one that a lease that ended may have run, is claimed
-// first, at most claimAhead of them before a worker takes one. Without
-// leases (see takesLeases), every job is claimed first.
+// with a record is claimed first, at most claimAhead of them before a
+// worker takes one. Without leases (see takesLeases), every job is claimed
+// first.
 func (p *Pool) startClaims(ctx context.Context) {
 	if !p.leasing {
 		for it := range p.fetched {

@@ -38,10 +38,10 @@ type lease struct {
 // leased is one job in the pool's lease.
 type leased struct {
 	seq uint64
-	// orphan: its handler ran but its outcome could not be recorded. It
-	// stays in the lease for one lease period, so that another copy does
-	// not run meanwhile as a first attempt; its own redelivery here is
-	// claimed as a resumed attempt.
+	// orphan: when its handler ran and its outcome could not be recorded.
+	// It stays in the lease for one lease period, marked as an orphan,
+	// so that the next attempt, here or in another pool, is leased as a
+	// resumed one; then ranUnrecorded remembers it here a while longer.
 	orphan time.Time
 }
 
