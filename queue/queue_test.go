@@ -1056,37 +1056,56 @@ func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 
 func TestRedrivenCopyOfALeasedJobIsDropped(t *testing.T) {
 	t.Parallel()
-	// A copy under Jobq-Job-Id of a job that runs on the pool's lease (no
-	// record yet) finds it there and is acked as a duplicate, at once: it
-	// is not handed back, and the job runs once.
-	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
-	c := newCounter()
-	release := make(chan struct{})
-	started := make(chan struct{}, 1)
-	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-		select {
-		case started <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}))
-	b.enqueue(t, "job.r", "run-1", "x")
-	<-started
-	if _, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), "run-1"); !errors.Is(err, data.ErrNotFound) {
-		t.Fatalf("running job: got %v, want no record yet", err)
-	}
-	b.publishCopy(t, "job.r", "redrive-of-run-1", "run-1")
-	b.waitOnlyRunningLeft(t)
-	close(release)
-	b.waitDrained(t)
-	c.wantOnce(t, "run-1")
-	if st := b.status(t); st.Consumer.Redelivered != 0 {
-		t.Errorf("consumer counts %d redelivered, want 0: the copy is dropped, not handed back", st.Consumer.Redelivered)
+	// A job runs on the pool's lease (no record yet) when a copy of it is
+	// re-driven: published under Jobq-Job-Id, or by dlq retry of an old
+	// dead letter whose record expired, which then writes no record over
+	// the running job. The copy finds the lease and is acked as a
+	// duplicate at once, not handed back; the job runs once, its outcome
+	// recorded.
+	for _, tt := range []struct {
+		name    string
+		redrive func(t *testing.T, b *testBundle)
+	}{
+		{"copy", func(t *testing.T, b *testBundle) { b.publishCopy(t, "job.r", "redrive-of-run-1", "run-1") }},
+		{"dlq retry", func(t *testing.T, b *testBundle) {
+			d := queue.DeadLetter{Seq: 424242, ID: "run-1", Subject: "job.r", JobSeq: 7, Error: "old failure", Payload: []byte("x")}
+			if _, err := queue.RetryDeadLetter(context.Background(), b.obj, d); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
+			c := newCounter()
+			release := make(chan struct{})
+			started := make(chan struct{}, 2)
+			b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+				started <- struct{}{}
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}))
+			b.enqueue(t, "job.r", "run-1", "x")
+			<-started
+			if _, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), "run-1"); !errors.Is(err, data.ErrNotFound) {
+				t.Fatalf("running job: got %v, want no record yet", err)
+			}
+			tt.redrive(t, b)
+			b.waitOnlyRunningLeft(t)
+			close(release)
+			b.waitDrained(t)
+			c.wantOnce(t, "run-1")
+			if st := b.status(t); st.Consumer.Redelivered != 0 {
+				t.Errorf("consumer counts %d redelivered, want 0: the copy is dropped, not handed back", st.Consumer.Redelivered)
+			}
+			if rec := b.record(t, "run-1"); rec.State != data.StateDone {
+				t.Errorf("record: got %+v, want done", rec)
+			}
+		})
 	}
 }
 
@@ -1459,36 +1478,6 @@ func setDiscardNewPerSubject(t *testing.T, b *testBundle, on bool) {
 	cfg.DiscardNewPerSubject = on
 	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatalf("discard new per subject %v: %v", on, err)
-	}
-}
-
-func TestRedriveWhileTheJobRunsOnALease(t *testing.T) {
-	t.Parallel()
-	// A dead letter of a job ID whose record expired is re-driven while a
-	// fresh copy of that job runs on a lease: the re-drive writes no record
-	// over it, the re-driven copy is dropped as a duplicate, and the job
-	// runs once, its outcome recorded.
-	b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
-	c := newCounter()
-	release := make(chan struct{})
-	started := make(chan struct{}, 2)
-	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-		started <- struct{}{}
-		<-release
-		return nil
-	}))
-	b.enqueue(t, "job.d", "dl-2", "x")
-	<-started
-	d := queue.DeadLetter{Seq: 424242, ID: "dl-2", Subject: "job.d", JobSeq: 7, Error: "old failure", Payload: []byte("x")}
-	if _, err := queue.RetryDeadLetter(context.Background(), b.obj, d); err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	b.waitOnlyRunningLeft(t)
-	close(release)
-	b.waitDrained(t)
-	c.wantOnce(t, "dl-2")
-	if rec := b.record(t, "dl-2"); rec.State != data.StateDone {
-		t.Errorf("record: got %+v, want done", rec)
 	}
 }
 
