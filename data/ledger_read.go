@@ -30,6 +30,11 @@ func (l *Ledger) Check(ctx context.Context, jobs []*Job, mine string) (*Snapshot
 	return l.check(ctx, keys, mine)
 }
 
+// CheckKeys is Check for the jobs of keys.
+func (l *Ledger) CheckKeys(ctx context.Context, keys []string, mine string) (*Snapshot, error) {
+	return l.check(ctx, keys, mine)
+}
+
 // Settled reports whether every job in ls has a record, which wins over
 // the lease: a lease that ended may then be deleted.
 func (l *Ledger) Settled(ctx context.Context, ls *Lease) (bool, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/jobq/jobq/data"
@@ -30,23 +31,21 @@ type lease struct {
 	// key was, for the checks made before (see sortBatch).
 	gen     uint64
 	dropped map[string]uint64
-	// unrecorded holds, for a while, the orphans dropped when their time
-	// ran out: their next attempt here is resumed (see ranUnrecorded).
-	unrecorded map[string]time.Time
 }
 
 // leased is one job in the pool's lease.
 type leased struct {
 	seq uint64
-	// orphan: when its handler ran and its outcome could not be recorded.
-	// It stays in the lease for one lease period, marked as an orphan,
-	// so that the next attempt, here or in another pool, is leased as a
-	// resumed one; then ranUnrecorded remembers it here a while longer.
-	orphan time.Time
+	// orphan: its handler ran and its outcome could not be recorded. It
+	// stays in the lease, marked as an orphan, until a record for it is
+	// stored (see dropRecorded), so that the next attempt, here or in
+	// another pool, is leased as a resumed one. An orphan holds nothing
+	// back.
+	orphan bool
 }
 
 func newLease() *lease {
-	return &lease{owner: nuid.Next(), jobs: map[string]*leased{}, dropped: map[string]uint64{}, unrecorded: map[string]time.Time{}}
+	return &lease{owner: nuid.Next(), jobs: map[string]*leased{}, dropped: map[string]uint64{}}
 }
 
 // admitBatch decides how each job fetched together runs (see data's Leases
@@ -209,6 +208,11 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 		ls, job, listed := snap.Leased(key)
 		switch {
 		case mine != nil && !orphan:
+			if redriven(it.job) {
+				// Maybe the re-drive of this very run's dead letter,
+				// which leaves the lease in a moment: look again then.
+				until = now
+			}
 			p.leasedElsewhere(it, mine.seq, until)
 		case snap.Holds(key, now):
 			p.leasedElsewhere(it, job.Seq, ls.Until)
@@ -217,7 +221,7 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 		case mine == nil && p.lease.droppedSince(key, gen):
 			later = append(later, it)
 		default:
-			if listed || orphan || p.lease.ranUnrecorded(key) {
+			if listed || orphan {
 				// An earlier attempt may have run its handler.
 				it.job.Resumed = true
 			}
@@ -230,11 +234,13 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 
 // leasedElsewhere hands back a job that a lease holds until until: released
 // until then, or acked if it is a second copy of the leased job, which
-// stays in JOB until its outcome is recorded.
+// stays in JOB until its outcome is recorded. A re-driven dead letter is
+// never acked so: the leased copy it would be dropped for may be the one
+// whose dead letter it is, already done with, its lease not yet rewritten.
 func (p *Pool) leasedElsewhere(it *inflight, runningSeq uint64, until time.Time) {
 	p.beats.remove(it)
 	log := *p.jobLog(it.job)
-	if runningSeq != it.job.Seq {
+	if runningSeq != it.job.Seq && !redriven(it.job) {
 		log.Warn().Uint64("running_seq", runningSeq).Msg("duplicate of a running job: acked without running")
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(context.Background(), it.msg, log)
@@ -255,13 +261,18 @@ func (p *Pool) handBack(it *inflight, why string) {
 	p.release(it)
 }
 
+// redriven reports a copy published by dlq retry, under Jobq-Job-Id.
+func redriven(job *data.Job) bool {
+	return job.Header != nil && nats.Header(job.Header).Get(HeaderJobID) != ""
+}
+
 // find returns key's entry in the lease, the lease's end, and whether the
 // entry is an orphan.
 func (l *lease) find(key string) (*leased, time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	j := l.jobs[key]
-	return j, l.until, j != nil && !j.orphan.IsZero()
+	return j, l.until, j != nil && j.orphan
 }
 
 // maxLeaseBytes bounds a lease record, well under the server's smallest
@@ -328,18 +339,8 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra []data.LeasedJob) error {
 	now := time.Now()
 	ls := data.Lease{Worker: p.cfg.WorkerName, Until: now.Add(p.cfg.lease()).UTC(), Jobs: make([]data.LeasedJob, 0, len(l.jobs)+len(extra))}
-	for key, at := range l.unrecorded {
-		if now.Sub(at) > 2*p.cfg.lease() {
-			delete(l.unrecorded, key)
-		}
-	}
 	for key, j := range l.jobs {
-		if !j.orphan.IsZero() && now.Sub(j.orphan) > p.cfg.lease() {
-			l.dropLocked(key)
-			l.unrecorded[key] = now
-			continue
-		}
-		ls.Jobs = append(ls.Jobs, data.LeasedJob{Key: key, Seq: j.seq, Orphan: !j.orphan.IsZero()})
+		ls.Jobs = append(ls.Jobs, data.LeasedJob{Key: key, Seq: j.seq, Orphan: j.orphan})
 	}
 	ls.Jobs = append(ls.Jobs, extra...)
 	seq, err := p.ledger.WriteLease(ctx, l.owner, ls, expect)
@@ -351,13 +352,13 @@ func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra [
 }
 
 // done drops a job from the lease once its record is stored, or keeps it as
-// an orphan for a while if its handler ran and no record could be stored.
+// an orphan if its handler ran and no record could be stored.
 func (l *lease) done(key string, orphan bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if orphan {
 		if j := l.jobs[key]; j != nil {
-			j.orphan = time.Now()
+			j.orphan = true
 		}
 		return
 	}
@@ -378,16 +379,6 @@ func (l *lease) generation() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.gen
-}
-
-// ranUnrecorded reports, once, whether key was an orphan of this lease that
-// ran out its time in it lately.
-func (l *lease) ranUnrecorded(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.unrecorded[key]
-	delete(l.unrecorded, key)
-	return ok
 }
 
 // droppedSince reports whether key left the lease after gen drops.
@@ -427,6 +418,7 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	l.dropRecorded(ctx, p)
 	expect := l.last
 	err := data.ErrLeaseRaced
 	for range 3 {
@@ -452,6 +444,29 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 	}
 	p.log.Warn().Err(err).Time("lease_until", l.until).Msg("renew the pool's lease")
 	l.giveUpIfLapsed(p, err)
+}
+
+// dropRecorded drops the orphans whose jobs have a record now: run again
+// and recorded here or in another pool, or dead-lettered. l.mu is held.
+func (l *lease) dropRecorded(ctx context.Context, p *Pool) {
+	var keys []string
+	for key, j := range l.jobs {
+		if j.orphan {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	snap, err := p.ledger.CheckKeys(ctx, keys, l.owner)
+	if err != nil {
+		return // the next renewal looks again
+	}
+	for i, key := range keys {
+		if snap.Found[i] {
+			l.dropLocked(key)
+		}
+	}
 }
 
 // giveUpAt is when the pool gives its leased jobs up unless the lease is

@@ -372,13 +372,14 @@ func TestLeaseLapsedIsGivenUpBeforeTheNextWrite(t *testing.T) {
 	}
 }
 
-// An orphan stays in the lease for one lease period, marked; when its time
-// runs out it leaves, and its next attempt here is still leased as a
-// resumed one.
-func TestLeaseOrphanOutlivesItsPeriodAsResumed(t *testing.T) {
+// An orphan stays in the lease, marked, however long it takes, until its
+// job has a record: the next attempt, in another pool and with a delivery
+// count of 1, is leased as a resumed one, and once it is recorded the
+// orphan leaves.
+func TestLeaseOrphanStaysUntilItsJobIsRecorded(t *testing.T) {
 	t.Parallel()
 	obj := leasingObjects(t)
-	a := leasingPool(t, obj)
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
 	ctx := context.Background()
 	it := stubJob("O", 1)
 	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
@@ -386,26 +387,30 @@ func TestLeaseOrphanOutlivesItsPeriodAsResumed(t *testing.T) {
 	}
 	it.ran = true
 	a.leaveLease(it) // no record: an orphan
+	renew := func() {
+		a.lease.mu.Lock()
+		a.lease.wrote = time.Time{}
+		a.lease.mu.Unlock()
+		a.lease.renew(ctx, a)
+	}
+	renew()
 	if _, _, orphan := a.lease.find("O"); !orphan {
 		t.Fatal("O left the lease without a record, want it kept as an orphan")
 	}
-	stale := checkOf(t, a, []*inflight{stubJob("O", 1)})
-	a.lease.mu.Lock()
-	a.lease.jobs["O"].orphan = time.Now().Add(-2 * a.cfg.lease())
-	a.lease.mu.Unlock()
-	a.lease.wrote = time.Time{}
-	a.lease.renew(ctx, a) // writes the lease without O
-	if mine, _, _ := a.lease.find("O"); mine != nil {
-		t.Fatal("O still in the lease after its period")
-	}
-	again := stubJob("O", 1)
-	again.job.Attempt = 1 // a delivery the server forgot: no count to go by
-	_, _, later := a.admitBatch(ctx, checked{batch: []*inflight{again}, snap: stale.snap, gen: stale.gen})
-	if len(later) != 1 {
-		t.Fatalf("O on a check from before it left: got %d to check again, want 1", len(later))
-	}
-	leased, _, _ := a.admitBatch(ctx, checkOf(t, a, later))
+	again := stubJob("O", 7) // published again after the dedupe window
+	leased, _, _ := b.admitBatch(ctx, checkOf(t, b, []*inflight{again}))
 	if len(leased) != 1 || !again.job.Resumed || !again.claim.Record.Resumed {
-		t.Fatalf("O checked again: leased %d, resumed %v (record %v); want leased as a resumed attempt", len(leased), again.job.Resumed, again.claim.Record.Resumed)
+		t.Fatalf("B: leased %d, resumed %v (record %v); want O leased as a resumed attempt", len(leased), again.job.Resumed, again.claim.Record.Resumed)
+	}
+	renew()
+	if _, _, orphan := a.lease.find("O"); !orphan {
+		t.Fatal("O left A's lease before its job was recorded")
+	}
+	if err := b.ledger.Done(ctx, &again.claim, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	renew()
+	if mine, _, _ := a.lease.find("O"); mine != nil {
+		t.Error("O still in A's lease after its job was recorded")
 	}
 }
