@@ -3,6 +3,7 @@ package data_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -151,6 +152,37 @@ func TestLeaseOrphanIsNotHeld(t *testing.T) {
 	for id, want := range map[string]bool{"run": true, "orphan": false} {
 		if held, err := l.Leased(ctx, &data.Job{ID: id}); err != nil || held != want {
 			t.Errorf("ledger leased %s: got %v, %v; want %v", id, held, err, want)
+		}
+	}
+}
+
+// Recorded reads any number of keys, beyond the 1024 records one batched
+// read may return, as a large lease that ended needs when every job in it
+// is recorded.
+func TestLedgerRecordedReadsBeyondOneBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLedgerJS(t)
+	keys := make([]string, 1100)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k-%d", i)
+	}
+	for i, key := range keys {
+		if i == 3 {
+			continue
+		}
+		c := l.Prepare(&data.Job{ID: key, Seq: uint64(i + 1), Attempt: 1}, "w")
+		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found, err := l.Recorded(ctx, keys)
+	if err != nil || len(found) != len(keys) {
+		t.Fatalf("recorded: got %d answers, %v; want %d", len(found), err, len(keys))
+	}
+	for i, f := range found {
+		if f != (i != 3) {
+			t.Errorf("recorded %s: got %v", keys[i], f)
 		}
 	}
 }

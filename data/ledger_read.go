@@ -30,9 +30,22 @@ func (l *Ledger) Check(ctx context.Context, jobs []*Job, mine string) (*Snapshot
 	return l.check(ctx, keys, mine)
 }
 
-// CheckKeys is Check for the jobs of keys.
-func (l *Ledger) CheckKeys(ctx context.Context, keys []string, mine string) (*Snapshot, error) {
-	return l.check(ctx, keys, mine)
+// recordedBatch is the most keys Recorded asks for in one read: the
+// server returns at most 1024 records per batched read, leases included.
+const recordedBatch = 512
+
+// Recorded reports which of keys have a record, in batched reads of up to
+// recordedBatch keys.
+func (l *Ledger) Recorded(ctx context.Context, keys []string) ([]bool, error) {
+	found := make([]bool, 0, len(keys))
+	for chunk := range slices.Chunk(keys, recordedBatch) {
+		s, err := l.check(ctx, chunk, "")
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, s.Found...)
+	}
+	return found, nil
 }
 
 // Settled reports whether every job in ls has a record, which wins over
@@ -42,11 +55,11 @@ func (l *Ledger) Settled(ctx context.Context, ls *Lease) (bool, error) {
 	for i, j := range ls.Jobs {
 		keys[i] = j.Key
 	}
-	s, err := l.check(ctx, keys, "")
+	found, err := l.Recorded(ctx, keys)
 	if err != nil {
 		return false, err
 	}
-	return !slices.Contains(s.Found, false), nil
+	return !slices.Contains(found, false), nil
 }
 
 func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapshot, error) {

@@ -92,9 +92,10 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)
 		return false
-	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != it.job.Seq:
+	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != it.job.Seq && !redriven(it.job):
 		// The same ID published again while the first copy runs: that copy
 		// stays in JOB until its outcome is recorded, so this one can go.
+		// A re-drive waits instead (see leasedElsewhere).
 		log.Warn().Uint64("running_seq", claim.Record.Seq).Msg("duplicate of a running job: acked without running")
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)

@@ -22,6 +22,7 @@ type lease struct {
 	// mu serialises the lease's writes and guards the rest.
 	mu    sync.Mutex
 	jobs  map[string]*leased // by key: in the stored lease, or going in
+	size  int                // about the bytes jobs take in the record (see fit)
 	last  uint64             // the sequence of this pool's last lease write
 	seen  uint64             // the highest check sequence a write rested on (see add)
 	until time.Time          // when the stored lease ends
@@ -276,8 +277,9 @@ func (l *lease) find(key string) (*leased, time.Time, bool) {
 }
 
 // maxLeaseBytes bounds a lease record, well under the server's smallest
-// max payload (1 MiB): a pool with a large --prefetch and long job IDs
-// claims the jobs that do not fit first, rather than fail every write.
+// max payload (1 MiB): with a large --prefetch and long job IDs, the jobs
+// that do not fit wait for room (see admitAll), rather than fail every
+// write.
 const maxLeaseBytes = 256 << 10
 
 // leasedJobBytes is about what one job adds to the lease record, besides
@@ -288,10 +290,7 @@ const leasedJobBytes = 32
 // rest.
 func (l *lease) fit(batch []*inflight) (fits, rest []*inflight) {
 	l.mu.Lock()
-	size := 0
-	for key := range l.jobs {
-		size += len(key) + leasedJobBytes
-	}
+	size := l.size
 	l.mu.Unlock()
 	for i, it := range batch {
 		if size += len(data.Key(it.job.ID)) + leasedJobBytes; size > maxLeaseBytes {
@@ -328,7 +327,7 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 		return err
 	}
 	for _, j := range extra {
-		l.jobs[j.Key] = &leased{seq: j.Seq}
+		l.putLocked(j.Key, j.Seq)
 	}
 	l.seen = checked
 	return nil
@@ -365,9 +364,18 @@ func (l *lease) done(key string, orphan bool) {
 	l.dropLocked(key)
 }
 
+// putLocked puts key's job, stored at seq, in the lease. l.mu is held.
+func (l *lease) putLocked(key string, seq uint64) {
+	if l.jobs[key] == nil {
+		l.size += len(key) + leasedJobBytes
+	}
+	l.jobs[key] = &leased{seq: seq}
+}
+
 func (l *lease) dropLocked(key string) {
 	if _, ok := l.jobs[key]; ok {
 		delete(l.jobs, key)
+		l.size -= len(key) + leasedJobBytes
 		l.dirty = true
 		l.gen++
 		l.dropped[key] = l.gen
@@ -458,12 +466,12 @@ func (l *lease) dropRecorded(ctx context.Context, p *Pool) {
 	if len(keys) == 0 {
 		return
 	}
-	snap, err := p.ledger.CheckKeys(ctx, keys, l.owner)
+	found, err := p.ledger.Recorded(ctx, keys)
 	if err != nil {
 		return // the next renewal looks again
 	}
 	for i, key := range keys {
-		if snap.Found[i] {
+		if found[i] {
 			l.dropLocked(key)
 		}
 	}

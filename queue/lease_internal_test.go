@@ -237,7 +237,7 @@ func TestLeaseFitKeepsTheRecordSmall(t *testing.T) {
 	size := 0
 	for i := 0; maxLeaseBytes-50-size > leasedJobBytes; i++ {
 		n := min(500, maxLeaseBytes-50-size-leasedJobBytes)
-		l.jobs[fmt.Sprintf("%0*d", n, i)] = &leased{seq: uint64(i)}
+		l.putLocked(fmt.Sprintf("%0*d", n, i), uint64(i))
 		size += n + leasedJobBytes
 	}
 	batch := []*inflight{stubJob("short", 1), stubJob(strings.Repeat("x", 100), 2), stubJob("=never-fits", 3)}
@@ -275,7 +275,7 @@ func TestLeaseFullChecksAgainRatherThanClaim(t *testing.T) {
 	a, b := leasingPool(t, obj), leasingPool(t, obj)
 	ctx := context.Background()
 	for i := 0; i <= maxLeaseBytes/(100+leasedJobBytes); i++ {
-		a.lease.jobs[fmt.Sprintf("%0100d", i)] = &leased{seq: uint64(1000 + i)}
+		a.lease.putLocked(fmt.Sprintf("%0100d", i), uint64(1000+i))
 	}
 	cB := checkOf(t, b, []*inflight{stubJob("K", 2)})
 	took, first, later := a.admitBatch(ctx, checkOf(t, a, []*inflight{stubJob("K", 1)}))
@@ -285,7 +285,9 @@ func TestLeaseFullChecksAgainRatherThanClaim(t *testing.T) {
 	if took, _, _ := b.admitBatch(ctx, cB); len(took) != 1 {
 		t.Fatal("B did not lease K")
 	}
-	a.lease.jobs = map[string]*leased{} // room again
+	for key := range a.lease.jobs { // room again
+		a.lease.dropLocked(key)
+	}
 	took, first, later = a.admitBatch(ctx, checkOf(t, a, later))
 	if len(took)+len(first)+len(later) != 0 {
 		t.Errorf("A, checked again: leased %d, claimed first %d, later %d; want K handed back, as B's lease holds it", len(took), len(first), len(later))

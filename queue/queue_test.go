@@ -250,6 +250,23 @@ func (c *counter) wrap(h handlers.HandlerFunc) handlers.Handler {
 	})
 }
 
+// held wraps a handler that holds every job until release is closed (or
+// its context ends), and says on started when each starts; started has
+// room for n.
+func (c *counter) held(n int) (h handlers.Handler, started chan struct{}, release chan struct{}) {
+	started, release = make(chan struct{}, n), make(chan struct{})
+	h = c.wrap(func(ctx context.Context, job *data.Job) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	return h, started, release
+}
+
 func (c *counter) get(id string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -496,17 +513,7 @@ func TestSameJobNeverRunsTwiceAtOnce(t *testing.T) {
 	// then they find its record, and the job runs once.
 	b := setup(t, queue.Config{Workers: 4, AckWait: time.Second})
 	c := newCounter()
-	release := make(chan struct{})
-	started := make(chan struct{}, 3)
-	h := c.wrap(func(ctx context.Context, job *data.Job) error {
-		started <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
+	h, started, release := c.held(3)
 	b.startPool(t, h)
 	b.startPool(t, h)
 	// Three stored copies of one job: distinct messages, one job ID.
@@ -969,17 +976,8 @@ func TestLongJobOnTheLeaseKeepsItsCopiesOut(t *testing.T) {
 	// it there and is not run beside it.
 	b := setup(t, queue.Config{Workers: 2, DedupeWindow: 2 * time.Second, AckWait: time.Second})
 	c := newCounter()
-	release := make(chan struct{})
-	started := make(chan struct{}, 2)
-	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-		started <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}))
+	h, started, release := c.held(2)
+	b.startPool(t, h)
 	b.enqueue(t, "job.long", "long-1", "x")
 	<-started
 	b.republishAfterWindow(t, "job.long", "long-1", "x")
@@ -1081,17 +1079,8 @@ func TestRedrivenCopyOfALeasedJobWaitsForIt(t *testing.T) {
 			t.Parallel()
 			b := setup(t, queue.Config{Workers: 2, AckWait: 3 * time.Second})
 			c := newCounter()
-			release := make(chan struct{})
-			started := make(chan struct{}, 2)
-			b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
-				started <- struct{}{}
-				select {
-				case <-release:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}))
+			h, started, release := c.held(2)
+			b.startPool(t, h)
 			b.enqueue(t, "job.r", "run-1", "x")
 			<-started
 			if _, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), "run-1"); !errors.Is(err, data.ErrNotFound) {
