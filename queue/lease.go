@@ -37,6 +37,9 @@ type lease struct {
 // leased is one job in the pool's lease.
 type leased struct {
 	seq uint64
+	// finishing: its handler returned; its outcome is on its way to the
+	// ledger, or, if the job failed for good, to DLQ first.
+	finishing bool
 	// orphan: its handler ran and its outcome could not be recorded. It
 	// stays in the lease, marked as an orphan, until a record for it is
 	// stored (see dropRecorded), so that the next attempt, here or in
@@ -202,24 +205,26 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 	for i, it := range batch {
 		key := data.Key(it.job.ID)
 		if seq, ok := taking[key]; ok {
-			p.leasedElsewhere(it, seq, now.Add(p.cfg.lease()))
+			p.leasedElsewhere(it, seq, now.Add(p.cfg.lease()), true)
 			continue
 		}
-		mine, until, orphan := p.lease.find(key)
+		mine, held, until := p.lease.find(key)
+		orphan := held && mine.orphan
 		ls, job, listed := snap.Leased(key)
 		switch {
-		case mine != nil && !orphan:
-			if redriven(it.job) {
-				// Maybe the re-drive of this very run's dead letter,
-				// which leaves the lease in a moment: look again then.
-				until = now
-			}
-			p.leasedElsewhere(it, mine.seq, until)
+		case held && !orphan && mine.finishing && redriven(it.job):
+			// Maybe the re-drive of this very run's dead letter, whose
+			// run leaves the lease in a moment: look again then.
+			p.leasedElsewhere(it, mine.seq, now, false)
+		case held && !orphan:
+			p.leasedElsewhere(it, mine.seq, until, true)
 		case snap.Holds(key, now):
-			p.leasedElsewhere(it, job.Seq, ls.Until)
+			// Another pool's run cannot be told finishing: a re-drive
+			// waits for the lease to end.
+			p.leasedElsewhere(it, job.Seq, ls.Until, !redriven(it.job))
 		case snap.Found[i]:
 			claimFirst = append(claimFirst, it)
-		case mine == nil && p.lease.droppedSince(key, gen):
+		case !held && p.lease.droppedSince(key, gen):
 			later = append(later, it)
 		default:
 			if listed || orphan {
@@ -234,14 +239,14 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 }
 
 // leasedElsewhere hands back a job that a lease holds until until: released
-// until then, or acked if it is a second copy of the leased job, which
-// stays in JOB until its outcome is recorded. A re-driven dead letter is
-// never acked so: the leased copy it would be dropped for may be the one
-// whose dead letter it is, already done with, its lease not yet rewritten.
-func (p *Pool) leasedElsewhere(it *inflight, runningSeq uint64, until time.Time) {
+// until then, or, if mayDrop, acked if it is a second copy of the leased
+// job, which stays in JOB until its outcome is recorded. A re-driven dead
+// letter may not be dropped once the leased run may be over: that run may
+// be the one whose dead letter it is, its lease not yet rewritten.
+func (p *Pool) leasedElsewhere(it *inflight, runningSeq uint64, until time.Time, mayDrop bool) {
 	p.beats.remove(it)
 	log := *p.jobLog(it.job)
-	if runningSeq != it.job.Seq && !redriven(it.job) {
+	if runningSeq != it.job.Seq && mayDrop {
 		log.Warn().Uint64("running_seq", runningSeq).Msg("duplicate of a running job: acked without running")
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(context.Background(), it.msg, log)
@@ -267,13 +272,15 @@ func redriven(job *data.Job) bool {
 	return job.Header != nil && nats.Header(job.Header).Get(HeaderJobID) != ""
 }
 
-// find returns key's entry in the lease, the lease's end, and whether the
-// entry is an orphan.
-func (l *lease) find(key string) (*leased, time.Time, bool) {
+// find returns a copy of key's entry in the lease, whether there is one,
+// and the lease's end.
+func (l *lease) find(key string) (leased, bool, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	j := l.jobs[key]
-	return j, l.until, j != nil && j.orphan
+	if j := l.jobs[key]; j != nil {
+		return *j, true, l.until
+	}
+	return leased{}, false, l.until
 }
 
 // maxLeaseBytes bounds a lease record, well under the server's smallest
@@ -362,6 +369,15 @@ func (l *lease) done(key string, orphan bool) {
 		return
 	}
 	l.dropLocked(key)
+}
+
+// finishing marks key's job as finishing (see leased).
+func (l *lease) finishing(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if j := l.jobs[key]; j != nil {
+		j.finishing = true
+	}
 }
 
 // putLocked puts key's job, stored at seq, in the lease. l.mu is held.

@@ -396,7 +396,7 @@ func TestLeaseOrphanStaysUntilItsJobIsRecorded(t *testing.T) {
 		a.lease.renew(ctx, a)
 	}
 	renew()
-	if _, _, orphan := a.lease.find("O"); !orphan {
+	if j, held, _ := a.lease.find("O"); !held || !j.orphan {
 		t.Fatal("O left the lease without a record, want it kept as an orphan")
 	}
 	again := stubJob("O", 7) // published again after the dedupe window
@@ -405,14 +405,43 @@ func TestLeaseOrphanStaysUntilItsJobIsRecorded(t *testing.T) {
 		t.Fatalf("B: leased %d, resumed %v (record %v); want O leased as a resumed attempt", len(leased), again.job.Resumed, again.claim.Record.Resumed)
 	}
 	renew()
-	if _, _, orphan := a.lease.find("O"); !orphan {
+	if j, held, _ := a.lease.find("O"); !held || !j.orphan {
 		t.Fatal("O left A's lease before its job was recorded")
 	}
 	if err := b.ledger.Done(ctx, &again.claim, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	renew()
-	if mine, _, _ := a.lease.find("O"); mine != nil {
+	if _, held, _ := a.lease.find("O"); held {
 		t.Error("O still in A's lease after its job was recorded")
+	}
+}
+
+// A re-driven copy that finds the pool's own run of the job is dropped as
+// a duplicate while that run's handler runs, but not once it returned: the
+// copy may then be the re-drive of that very run's dead letter, and it is
+// released for another look in a moment instead.
+func TestLeaseRedriveOfAFinishingRunIsNotDropped(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	a := leasingPool(t, obj)
+	ctx := context.Background()
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{stubJob("R", 1)})); len(leased) != 1 {
+		t.Fatal("R not leased")
+	}
+	redrive := func(seq uint64) recMsg {
+		it, m := recJob("R", seq)
+		it.job.Header = map[string][]string{HeaderJobID: {"R"}}
+		if took, first, later := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(took)+len(first)+len(later) != 0 {
+			t.Fatalf("re-drive of R: leased %d, claimed first %d, later %d; want it handed back", len(took), len(first), len(later))
+		}
+		return m
+	}
+	if m := redrive(2); m.acked.Load() != 1 || m.naked.Load() != 0 {
+		t.Errorf("re-drive while R runs: acked %d, naked %d; want it dropped", m.acked.Load(), m.naked.Load())
+	}
+	a.lease.finishing("R")
+	if m := redrive(3); m.acked.Load() != 0 || m.naked.Load() != 1 {
+		t.Errorf("re-drive once R's handler returned: acked %d, naked %d; want it released", m.acked.Load(), m.naked.Load())
 	}
 }

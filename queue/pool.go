@@ -388,6 +388,9 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	it.mu.Unlock()
 	p.handling.Add(1)
 	herr := p.run(ctx, it)
+	if it.unclaimed {
+		p.lease.finishing(data.Key(it.job.ID))
+	}
 	p.handling.Add(-1)
 	it.took = time.Since(start)
 	p.cfg.Metrics.jobHandled(it.job.Subject, it.took)
