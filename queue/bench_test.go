@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -150,11 +151,16 @@ func BenchmarkPipeline(b *testing.B) {
 
 // BenchmarkEndToEnd is producer and pool together: jobs per second from
 // publishing (async, a window of 256) to handled.
+//
+// record_floor is the baseline loop plus what the ledger cannot do without:
+// one compare-and-set write per job to the processed bucket, pipelined, the
+// job acked once its write is confirmed. It is the floor under the ledger's
+// cost on this substrate, without any of jobq's own work.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, tt := range []struct {
 		name     string
 		noLedger bool
-	}{{"baseline", true}, {"ledger", false}, {"no_ledger", true}} {
+	}{{"baseline", true}, {"record_floor", true}, {"ledger", false}, {"no_ledger", true}} {
 		b.Run(tt.name, func(b *testing.B) {
 			obj, wobj := benchClients(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
 			var handled atomic.Int64
@@ -164,7 +170,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 					close(done)
 				}
 			}
-			if tt.name == "baseline" {
+			switch tt.name {
+			case "baseline":
 				cc, err := wobj.Worker.Consume(func(m jetstream.Msg) {
 					count()
 					m.Ack()
@@ -173,7 +180,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer cc.Stop()
-			} else {
+			case "record_floor":
+				stop := consumeWithRecords(b, wobj, count)
+				defer stop()
+			default:
 				pool := queue.NewPool(wobj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
 					count()
 					return nil
@@ -231,4 +241,52 @@ func reportLedgerWrites(b *testing.B, obj *queue.Objects) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(info.State.LastSeq)/float64(b.N), "writes/job")
+}
+
+// consumeWithRecords runs the record floor's loop: each delivered job gets
+// a new record in the processed bucket (expecting none), and is acked once
+// the bucket confirmed it. count is called per acked job.
+func consumeWithRecords(b *testing.B, obj *queue.Objects, count func()) (stop func()) {
+	b.Helper()
+	type pending struct {
+		f jetstream.PubAckFuture
+		m jetstream.Msg
+	}
+	// About the size of a done record.
+	record := []byte(`{"id":"e-0000000","state":"done","subject":"job.bench","seq":1234567,"attempts":1,"worker":"bench/0",` +
+		`"first_at":"2026-12-01T12:00:00.123456789Z","started_at":"2026-12-01T12:00:00.123456789Z","finished_at":"2026-12-01T12:00:00.123556789Z","took_ns":100000}`)
+	acks := make(chan pending, 4096)
+	acked := make(chan struct{})
+	go func() {
+		defer close(acked)
+		for p := range acks {
+			select {
+			case <-p.f.Ok():
+			case err := <-p.f.Err():
+				b.Error(err)
+				return
+			}
+			p.m.Ack()
+			count()
+		}
+	}()
+	cc, err := obj.Worker.Consume(func(m jetstream.Msg) {
+		rec := nats.NewMsg("$KV." + queue.BucketProcessed + "." + data.Key(m.Headers().Get(nats.MsgIdHdr)))
+		rec.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		rec.Data = record
+		f, err := obj.JS.PublishMsgAsync(rec)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		acks <- pending{f, m}
+	}, jetstream.PullMaxMessages(500))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		cc.Stop()
+		close(acks)
+		<-acked
+	}
 }
