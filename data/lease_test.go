@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,5 +185,64 @@ func TestLedgerRecordedReadsBeyondOneBatch(t *testing.T) {
 		if f != (i != 3) {
 			t.Errorf("recorded %s: got %v", keys[i], f)
 		}
+	}
+}
+
+// A check still answers when the leases and the jobs together are more
+// than one batched read returns (1024 found): it reads the leases first, then
+// the records. More leases than one read returns is an error that says
+// what to do, not a check that finds none.
+func TestLeaseCheckWithManyLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLedgerJS(t)
+	until := time.Now().Add(time.Minute).UTC()
+	jobs := make([]*data.Job, 100)
+	for i := range jobs {
+		jobs[i] = &data.Job{ID: fmt.Sprintf("j-%d", i), Seq: uint64(i + 1), Attempt: 1}
+	}
+	for _, job := range jobs[:50] { // with the leases, more than 1024 found
+		c := l.Prepare(job, "w")
+		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last uint64
+	writeLeases := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			ls := data.Lease{Worker: "w", Until: until}
+			if i == 0 {
+				ls.Jobs = []data.LeasedJob{{Key: data.Key("j-53"), Seq: 54}}
+			}
+			seq, err := l.WriteLease(ctx, fmt.Sprintf("p%d", i), ls, last)
+			if err != nil {
+				t.Fatalf("lease %d: %v", i, err)
+			}
+			last = seq
+		}
+	}
+	writeLeases(0, 1000)
+
+	snap, err := l.Check(ctx, jobs, "p1")
+	if err != nil {
+		t.Fatalf("check, 1000 leases and 100 jobs: %v", err)
+	}
+	if len(snap.Leases) != 999 || snap.LeaseSeq != last {
+		t.Errorf("leases: got %d, last at %d; want 999 (all but mine), last at %d", len(snap.Leases), snap.LeaseSeq, last)
+	}
+	if !snap.Holds(data.Key("j-53"), time.Now()) || snap.Holds(data.Key("j-54"), time.Now()) {
+		t.Error("holds: want j-53 held by lease p0, j-54 not")
+	}
+	for i, f := range snap.Found {
+		if f != (i < 50) {
+			t.Errorf("found %s: got %v", jobs[i].ID, f)
+		}
+	}
+
+	writeLeases(1000, 1030)
+	_, err = l.Check(ctx, jobs, "p1")
+	if err == nil || !strings.Contains(err.Error(), "more than 1024") || !strings.Contains(err.Error(), "delete the keys _claims.*") {
+		t.Fatalf("check, 1030 leases: got %v, want an error that says there are too many leases and what to do", err)
 	}
 }

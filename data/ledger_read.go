@@ -30,20 +30,22 @@ func (l *Ledger) Check(ctx context.Context, jobs []*Job, mine string) (*Snapshot
 	return l.check(ctx, keys, mine)
 }
 
-// recordedBatch is the most keys Recorded asks for in one read: the
-// server returns at most 1024 records per batched read, leases included.
-const recordedBatch = 512
+// recordedBatch is the most keys one batched read asks for apart from the
+// leases: the server answers at most maxReadResults subjects per read.
+const (
+	recordedBatch  = 512
+	maxReadResults = 1024
+)
 
 // Recorded reports which of keys have a record, in batched reads of up to
 // recordedBatch keys.
 func (l *Ledger) Recorded(ctx context.Context, keys []string) ([]bool, error) {
-	found := make([]bool, 0, len(keys))
-	for chunk := range slices.Chunk(keys, recordedBatch) {
-		s, err := l.check(ctx, chunk, "")
-		if err != nil {
+	found := make([]bool, len(keys))
+	for i := 0; i < len(keys); i += recordedBatch {
+		chunk := keys[i:min(i+recordedBatch, len(keys))]
+		if err := l.readRecords(ctx, chunk, found[i:]); err != nil {
 			return nil, err
 		}
-		found = append(found, s.Found...)
 	}
 	return found, nil
 }
@@ -62,49 +64,123 @@ func (l *Ledger) Settled(ctx context.Context, ls *Lease) (bool, error) {
 	return !slices.Contains(found, false), nil
 }
 
+// errTooManyResults: a batched read matched more subjects than the server
+// answers in one (maxReadResults).
+var errTooManyResults = errors.New("server says 413 Too Many Results")
+
 func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapshot, error) {
 	s := &Snapshot{Found: make([]bool, len(keys))}
-	if l.js == nil {
-		return nil, errors.New("read records: no connection for batched reads")
+	subjects, index := l.keySubjects(keys)
+	leases := l.prefix + LeasePrefix
+	err := l.multiLast(ctx, append(subjects, leases+">"), func(subj, seq string, msg *nats.Msg) error {
+		if owner, ok := strings.CutPrefix(subj, leases); ok {
+			return s.addLease(owner, seq, owner == mine, msg)
+		}
+		for _, i := range index[subj] {
+			s.Found[i] = true
+		}
+		return nil
+	})
+	if errors.Is(err, errTooManyResults) {
+		// Many leases, of pools that ran here and of pools still running:
+		// read them apart from the records.
+		return l.checkApart(ctx, keys, mine)
 	}
-	req := struct {
-		MultiLast []string `json:"multi_last"`
-	}{MultiLast: make([]string, 0, len(keys)+1)}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkApart is Check in more than one read: every lease first, then the
+// records, recordedBatch keys at a time. It is as safe as the one read: a
+// record appears only for a job that a lease holds, or that was claimed
+// first, which sees the record first; and a lease written after the first
+// read makes the lease write that rests on this check fail (it expects
+// Snapshot.LeaseSeq), so that the pool checks again. Reading the records
+// first would not do: a job could be leased, run, recorded and dropped from
+// its lease between the two reads.
+func (l *Ledger) checkApart(ctx context.Context, keys []string, mine string) (*Snapshot, error) {
+	s := &Snapshot{Found: make([]bool, len(keys))}
+	leases := l.prefix + LeasePrefix
+	err := l.multiLast(ctx, []string{leases + ">"}, func(subj, seq string, msg *nats.Msg) error {
+		owner := strings.TrimPrefix(subj, leases)
+		return s.addLease(owner, seq, owner == mine, msg)
+	})
+	if errors.Is(err, errTooManyResults) {
+		return nil, fmt.Errorf("read leases: more than %d in bucket %s, which one read cannot return: %w (each is a pool that ran; delete the keys %s* of pools that no longer run)",
+			maxReadResults, l.kv.Bucket(), err, LeasePrefix)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < len(keys); i += recordedBatch {
+		if err := l.readRecords(ctx, keys[i:min(i+recordedBatch, len(keys))], s.Found[i:]); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// readRecords sets found[i] for each of keys that has a record.
+func (l *Ledger) readRecords(ctx context.Context, keys []string, found []bool) error {
+	subjects, index := l.keySubjects(keys)
+	return l.multiLast(ctx, subjects, func(subj, _ string, _ *nats.Msg) error {
+		for _, i := range index[subj] {
+			found[i] = true
+		}
+		return nil
+	})
+}
+
+// keySubjects returns keys' subjects, and where each subject is in keys.
+func (l *Ledger) keySubjects(keys []string) ([]string, map[string][]int) {
+	subjects := make([]string, 0, len(keys)+1)
 	index := make(map[string][]int, len(keys))
 	for i, key := range keys {
 		subj := l.prefix + key
-		req.MultiLast = append(req.MultiLast, subj)
+		subjects = append(subjects, subj)
 		index[subj] = append(index[subj], i)
 	}
-	leases := l.prefix + LeasePrefix
-	req.MultiLast = append(req.MultiLast, leases+">")
-	body, err := json.Marshal(req)
+	return subjects, index
+}
+
+// multiLast reads the last message of each subject (a filter may be a
+// wildcard) in one batched read, isolated from writes, and calls each for
+// every message found.
+func (l *Ledger) multiLast(ctx context.Context, subjects []string, each func(subj, seq string, msg *nats.Msg) error) error {
+	if l.js == nil {
+		return errors.New("read records: no connection for batched reads")
+	}
+	body, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+	}{subjects})
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	l.reads.mu.Lock()
 	defer l.reads.mu.Unlock()
 	if l.reads.closed {
-		return nil, errors.New("read records: ledger closed")
+		return errors.New("read records: ledger closed")
 	}
 	if l.reads.sub == nil {
 		inbox := l.js.Conn().NewInbox()
 		sub, err := l.js.Conn().SubscribeSync(inbox + ".*")
 		if err != nil {
-			return nil, fmt.Errorf("read records: %w", err)
+			return fmt.Errorf("read records: %w", err)
 		}
 		l.reads.sub, l.reads.inbox = sub, inbox
 	}
 	l.reads.n++
 	reply := l.reads.inbox + "." + strconv.FormatUint(l.reads.n, 10)
 	if err := l.js.Conn().PublishRequest("$JS.API.DIRECT.GET.KV_"+l.kv.Bucket(), reply, body); err != nil {
-		return nil, fmt.Errorf("read records: %w", err)
+		return fmt.Errorf("read records: %w", err)
 	}
 	for {
 		msg, err := l.reads.sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("read records: %w", err)
+			return fmt.Errorf("read records: %w", err)
 		}
 		if msg.Subject != reply {
 			continue // the rest of an earlier read that gave up
@@ -118,25 +194,20 @@ func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapsh
 		}
 		switch status {
 		case "":
-			subj := msg.Header.Get(nats.JSSubject)
-			if owner, ok := strings.CutPrefix(subj, leases); ok {
-				if err := s.addLease(owner, seq, owner == mine, msg); err != nil {
-					return nil, fmt.Errorf("read leases: %w", err)
-				}
-				continue
+			if err := each(msg.Header.Get(nats.JSSubject), seq, msg); err != nil {
+				return fmt.Errorf("read leases: %w", err)
 			}
-			for _, i := range index[subj] {
-				s.Found[i] = true
-			}
-		case "404": // no record and no lease
-			return s, nil
+		case "404": // none found
+			return nil
 		case "204": // end of the batch
 			if np := msg.Header.Get(headerNumPending); np != "0" {
-				return nil, fmt.Errorf("read records: response cut short, %s left", np)
+				return fmt.Errorf("read records: response cut short, %s left", np)
 			}
-			return s, nil
+			return nil
+		case "413":
+			return fmt.Errorf("read records: %w", errTooManyResults)
 		default:
-			return nil, fmt.Errorf("read records: server says %s %s", status, strings.TrimSpace(msg.Header.Get("Description")))
+			return fmt.Errorf("read records: server says %s %s", status, strings.TrimSpace(msg.Header.Get("Description")))
 		}
 	}
 }
