@@ -43,9 +43,11 @@ type leased struct {
 	// orphan: its handler ran and its outcome could not be recorded. It
 	// stays in the lease, marked as an orphan, until a record for it is
 	// stored (see dropRecorded), so that the next attempt, here or in
-	// another pool, is leased as a resumed one. An orphan holds nothing
-	// back.
-	orphan bool
+	// another pool, is leased as a resumed one; or, if no record comes,
+	// for as long as a record would have said so (ProcessedTTL from
+	// orphanedAt). An orphan holds nothing back.
+	orphan     bool
+	orphanedAt time.Time
 }
 
 func newLease() *lease {
@@ -363,8 +365,8 @@ func (l *lease) done(key string, orphan bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if orphan {
-		if j := l.jobs[key]; j != nil {
-			j.orphan = true
+		if j := l.jobs[key]; j != nil && !j.orphan {
+			j.orphan, j.orphanedAt = true, time.Now()
 		}
 		return
 	}
@@ -471,11 +473,19 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 }
 
 // dropRecorded drops the orphans whose jobs have a record now: run again
-// and recorded here or in another pool, or dead-lettered. l.mu is held.
+// and recorded here or in another pool, or dead-lettered. An orphan whose
+// job got no record in ProcessedTTL goes too, as the record would have by
+// then: so a job that never comes back does not keep the lease forever.
+// l.mu is held.
 func (l *lease) dropRecorded(ctx context.Context, p *Pool) {
 	var keys []string
 	for key, j := range l.jobs {
-		if j.orphan {
+		switch {
+		case !j.orphan:
+		case time.Since(j.orphanedAt) >= p.cfg.ProcessedTTL:
+			p.log.Info().Str("job_key", key).Msg("an orphan's job got no record in the ledger's TTL: dropped from the pool's lease")
+			l.dropLocked(key)
+		default:
 			keys = append(keys, key)
 		}
 	}
@@ -508,7 +518,9 @@ func (l *lease) giveUpIfLapsed(p *Pool, cause error) {
 
 // collect deletes the leases of other pools that ended a lease period ago
 // and whose jobs all have records now, which win over them: what a pool
-// that crashed leaves behind, once its jobs ran again.
+// that crashed leaves behind, once its jobs ran again. A lease that ended
+// ProcessedTTL ago goes whatever its jobs have, as their records would
+// have by then: so leases do not pile up (see the limit in Ledger.Check).
 func (l *lease) collect(ctx context.Context, p *Pool) {
 	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -521,8 +533,10 @@ func (l *lease) collect(ctx context.Context, p *Pool) {
 		if ls.Owner == l.owner || time.Since(ls.Until) < p.cfg.lease() {
 			continue
 		}
-		if settled, err := p.ledger.Settled(opCtx, ls); err != nil || !settled {
-			continue
+		if time.Since(ls.Until) < p.cfg.ProcessedTTL {
+			if settled, err := p.ledger.Settled(opCtx, ls); err != nil || !settled {
+				continue
+			}
 		}
 		if err := p.ledger.DeleteLease(opCtx, ls.Owner, ls.Revision); err != nil {
 			p.log.Debug().Err(err).Str("owner", ls.Owner).Msg("delete a lease that ended")

@@ -417,6 +417,94 @@ func TestLeaseOrphanStaysUntilItsJobIsRecorded(t *testing.T) {
 	}
 }
 
+// An orphan whose job gets no record stays no longer than a record would
+// have: ProcessedTTL after it was orphaned, it leaves the lease.
+func TestLeaseOrphanLeavesAfterTheLedgerTTL(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	a := leasingPool(t, obj)
+	ctx := context.Background()
+	it := stubJob("O", 1)
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
+		t.Fatal("O not leased")
+	}
+	it.ran = true
+	a.leaveLease(it) // no record: an orphan
+	renew := func() {
+		a.lease.mu.Lock()
+		a.lease.wrote = time.Time{}
+		a.lease.mu.Unlock()
+		a.lease.renew(ctx, a)
+	}
+	renew()
+	if j, held, _ := a.lease.find("O"); !held || !j.orphan {
+		t.Fatal("O left the lease at once, want it kept as an orphan")
+	}
+	a.lease.mu.Lock()
+	a.lease.jobs["O"].orphanedAt = time.Now().Add(-a.cfg.ProcessedTTL)
+	a.lease.mu.Unlock()
+	renew()
+	if _, held, _ := a.lease.find("O"); held {
+		t.Fatal("O still in the lease a ledger TTL after it was orphaned")
+	}
+	snap, err := a.ledger.Check(ctx, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := snap.Leased("O"); ok {
+		t.Error("O still in the stored lease")
+	}
+}
+
+// collect deletes the leases of other pools that ended once their jobs all
+// have records, or once they ended a ledger TTL ago; it leaves live leases
+// and ended ones with a job still unrecorded.
+func TestLeaseCollectDeletesEndedLeases(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	p := leasingPool(t, obj)
+	ctx := context.Background()
+	recorded := stubJob("recorded", 1)
+	c := p.ledger.Prepare(recorded.job, "w")
+	if err := p.ledger.Done(ctx, &c, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ended := time.Now().Add(-2 * p.cfg.lease())
+	leases := []struct {
+		owner string
+		until time.Time
+		key   string
+		keep  bool
+	}{
+		{"live", time.Now().Add(time.Minute), "unrecorded", true},
+		{"ended", ended, "unrecorded", true},
+		{"settled", ended, "recorded", false},
+		{"expired", time.Now().Add(-p.cfg.ProcessedTTL - time.Minute), "unrecorded", false},
+	}
+	var last uint64
+	for _, l := range leases {
+		seq, err := p.ledger.WriteLease(ctx, l.owner, data.Lease{Worker: "w", Until: l.until, Jobs: []data.LeasedJob{{Key: l.key, Seq: 1}}}, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = seq
+	}
+	p.lease.collect(ctx, p)
+	snap, err := p.ledger.Check(ctx, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]bool{}
+	for _, ls := range snap.Leases {
+		left[ls.Owner] = true
+	}
+	for _, l := range leases {
+		if left[l.owner] != l.keep {
+			t.Errorf("lease %s: kept %v, want %v", l.owner, left[l.owner], l.keep)
+		}
+	}
+}
+
 // A re-driven copy that finds the pool's own run of the job is dropped as
 // a duplicate while that run's handler runs, but not once it returned: the
 // copy may then be the re-drive of that very run's dead letter, and it is

@@ -239,3 +239,23 @@ func TestBindOpensTheSameObjectsOnAnotherConnection(t *testing.T) {
 		t.Errorf("bind without objects: got %v, want an error naming JOB", err)
 	}
 }
+
+// Open, for client commands, takes the settings a running jobq provisioned:
+// the consumer's and the bucket's, not the defaults.
+func TestOpenReadsTheProvisionedSettings(t *testing.T) {
+	t.Parallel()
+	js := provisionJS(t)
+	ctx := context.Background()
+	want := queue.Config{MaxDeliver: 5, AckWait: 20 * time.Second, ProcessedTTL: time.Hour}
+	if _, err := queue.Provision(ctx, js, want, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := queue.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := obj.Config; got.MaxDeliver != want.MaxDeliver || got.AckWait != want.AckWait || got.ProcessedTTL != want.ProcessedTTL {
+		t.Errorf("open: got max deliver %d, ack wait %s, ttl %s; want %d, %s, %s",
+			got.MaxDeliver, got.AckWait, got.ProcessedTTL, want.MaxDeliver, want.AckWait, want.ProcessedTTL)
+	}
+}

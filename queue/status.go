@@ -72,7 +72,11 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Objects, error) {
 		return nil, fmt.Errorf("look up bucket %s: %w", BucketProcessed, err)
 	}
 	ci := o.Worker.CachedInfo().Config
-	o.Config = Config{MaxDeliver: ci.MaxDeliver, AckWait: ci.AckWait}.withDefaults()
+	o.Config = Config{MaxDeliver: ci.MaxDeliver, AckWait: ci.AckWait}
+	if st, err := o.Ledger.Status(ctx); err == nil {
+		o.Config.ProcessedTTL = st.TTL()
+	}
+	o.Config = o.Config.withDefaults()
 	return o, nil
 }
 
