@@ -255,7 +255,10 @@ func consumeWithRecords(b *testing.B, obj *queue.Objects, count func()) (stop fu
 	// About the size of a done record.
 	record := []byte(`{"id":"e-0000000","state":"done","subject":"job.bench","seq":1234567,"attempts":1,"worker":"bench/0",` +
 		`"first_at":"2026-12-01T12:00:00.123456789Z","started_at":"2026-12-01T12:00:00.123456789Z","finished_at":"2026-12-01T12:00:00.123556789Z","took_ns":100000}`)
-	acks := make(chan pending, 4096)
+	// A bounded window, as jobq's prefetch is: delivered and unacked jobs
+	// stay under WORKER's MaxAckPending (1040), where nats.go's Consume
+	// would stall until its heartbeat check gives up.
+	acks := make(chan pending, 256)
 	acked := make(chan struct{})
 	go func() {
 		defer close(acked)

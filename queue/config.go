@@ -29,7 +29,9 @@ type Config struct {
 	// their ledger records are read and written, so that those round trips
 	// overlap with running handlers; it also sizes the pulls. Jobs waiting
 	// for a worker get heartbeats. The pool keeps up to Workers + Prefetch
-	// payloads in memory, within PrefetchBytes. Defaults to 512.
+	// payloads in memory, within PrefetchBytes; a job whose handler
+	// succeeded leaves that room at once, to wait for its record and ack
+	// (as many again at most). Defaults to 512.
 	Prefetch int
 	// PrefetchBytes bounds the payload bytes of the jobs the pool holds,
 	// running and waiting: a pull asks for no more than the room left. A

@@ -119,6 +119,9 @@ type inflight struct {
 	// superseded: its prepared claim's first write found another record,
 	// which decides from there on.
 	superseded bool
+	// roomBack: its handler succeeded and it gave its room in the pool
+	// back; it waits only for its record and its ack (see runAll).
+	roomBack bool
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -303,9 +306,24 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 // lease, then its token. it is nil for a message that was never admitted.
 func (p *Pool) release(it *inflight) {
 	if it != nil {
-		p.bytes.Add(-it.size)
 		p.leaveLease(it)
+		if it.roomBack {
+			return
+		}
+		p.bytes.Add(-it.size)
 	}
+	p.tokens <- struct{}{}
+}
+
+// giveRoomBack returns the pool room of a job whose handler succeeded: it
+// no longer needs a worker or its payload, only its record and its ack,
+// which may take a while when the ledger is busy. So the next jobs are
+// pulled meanwhile. Those that wait for their record are bounded by dones,
+// and with them the jobs delivered and not acked stay within WORKER's
+// MaxAckPending (twice the pool's room).
+func (p *Pool) giveRoomBack(it *inflight) {
+	it.roomBack = true
+	p.bytes.Add(-it.size)
 	p.tokens <- struct{}{}
 }
 
@@ -352,6 +370,7 @@ func (p *Pool) runAll(ctx context.Context) {
 			p.ahead <- struct{}{}
 		}
 		if p.runOne(ctx, it) {
+			p.giveRoomBack(it)
 			p.dones <- it
 			continue
 		}
