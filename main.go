@@ -1698,6 +1698,17 @@ func printBench(w io.Writer, r queue.BenchReport, sync string) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nlost %d, duplicated %d (ledger); lost %d, duplicated %d (no ledger)\n", r.Ledger.Lost, r.Ledger.Duplicates, r.NoLedger.Lost, r.NoLedger.Duplicates)
+	if r.BaselineStalls > 0 {
+		fmt.Fprintf(w, "the baseline stalled %d time(s) in nats.go's Consume (nats-io/nats.go#1622) and was measured again\n", r.BaselineStalls)
+	}
+	for _, m := range []struct {
+		name string
+		res  queue.BenchResult
+	}{{"baseline", r.Baseline}, {"ledger", r.Ledger}, {"no ledger", r.NoLedger}} {
+		if m.res.Stalled() {
+			fmt.Fprintf(w, "warning: %s handled no job for %.0fs at a stretch; its figures include that stall\n", m.name, m.res.LongestPauseS)
+		}
+	}
 }
 
 // ---- version, completion ----------------------------------------------

@@ -73,3 +73,39 @@ func TestBenchMedianTakesEachFiguresMedianAndAddsUpLosses(t *testing.T) {
 		t.Errorf("one run: got %+v, want it as it is, without runs", one)
 	}
 }
+
+// The bench finds the longest time without progress while jobs are still
+// to come, which makes a run a stalled one; waiting after the last job
+// (for the acks) is no pause.
+func TestBenchPauseWatchFindsTheLongestPause(t *testing.T) {
+	var w pauseWatch
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	w.see(0, 10, at(0))
+	w.see(3, 10, at(time.Second))
+	w.see(3, 10, at(2*time.Second))
+	w.see(3, 10, at(7*time.Second)) // 6s without progress
+	w.see(9, 10, at(8*time.Second))
+	w.see(10, 10, at(9*time.Second))
+	w.see(10, 10, at(60*time.Second)) // all handled: not a pause
+	if w.longest != 6*time.Second {
+		t.Errorf("longest pause: got %s, want 6s", w.longest)
+	}
+	if r := (BenchResult{LongestPauseS: w.longest.Seconds()}); !r.Stalled() {
+		t.Error("a 6s pause: want the run taken as stalled")
+	}
+	if r := (BenchResult{LongestPauseS: 0.3}); r.Stalled() {
+		t.Error("a 0.3s pause: want the run not taken as stalled")
+	}
+}
+
+// Over several runs, the longest pause is the longest of any run, and the
+// baseline's stalls add up.
+func TestBenchMedianKeepsTheLongestPauseAndTheStalls(t *testing.T) {
+	runs := []BenchReport{{BaselineStalls: 1}, {}, {BaselineStalls: 1}}
+	runs[0].Ledger.LongestPauseS, runs[1].Ledger.LongestPauseS, runs[2].Ledger.LongestPauseS = 0.2, 31, 0.1
+	got := BenchMedian(runs)
+	if got.Ledger.LongestPauseS != 31 || got.BaselineStalls != 2 {
+		t.Errorf("got longest pause %v, baseline stalls %d; want 31 and 2", got.Ledger.LongestPauseS, got.BaselineStalls)
+	}
+}
