@@ -49,6 +49,21 @@ const seqIDPrefix = "seq-"
 // its stream sequence.
 func SeqID(seq uint64) string { return seqIDPrefix + strconv.FormatUint(seq, 10) }
 
+// IsSeqID reports whether id has the form of a SeqID: "seq-" and digits.
+// Such IDs are not for jobs that carry one of their own.
+func IsSeqID(id string) bool {
+	digits, ok := strings.CutPrefix(id, seqIDPrefix)
+	if !ok || digits == "" {
+		return false
+	}
+	for _, c := range []byte(digits) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // HeaderValue returns the first value of header key, or "".
 func (j *Job) HeaderValue(key string) string {
 	if v := j.Header[key]; len(v) > 0 {

@@ -75,3 +75,14 @@ func FuzzKey(f *testing.F) {
 		}
 	})
 }
+
+func TestIsSeqID(t *testing.T) {
+	for id, want := range map[string]bool{"seq-7": true, "seq-0": true, "seq-18446744073709551615": true, "seq-": false, "seq-7x": false, "seq--7": false, "Seq-7": false, "x-seq-7": false, "": false} {
+		if got := IsSeqID(id); got != want {
+			t.Errorf("IsSeqID(%q): got %v, want %v", id, got, want)
+		}
+	}
+	if id := SeqID(42); !IsSeqID(id) {
+		t.Errorf("IsSeqID(SeqID(42) = %q): got false", id)
+	}
+}

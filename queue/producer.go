@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 )
 
@@ -139,7 +140,9 @@ func retryable(err error) bool {
 var ErrBadID = errors.New("bad job id")
 
 // ValidID checks that id can travel as a Nats-Msg-Id header: any bytes but
-// ASCII control characters (line breaks would end the header), at most 4 KiB.
+// ASCII control characters (line breaks would end the header), at most 4 KiB;
+// and that it is not of the form "seq-" and digits, which names the jobs
+// published without an ID, so that a job can never take another's record.
 func ValidID(id string) error {
 	if len(id) > 4096 {
 		return fmt.Errorf("%w: %d bytes, the limit is 4096", ErrBadID, len(id))
@@ -151,6 +154,9 @@ func ValidID(id string) error {
 	}
 	if strings.TrimSpace(id) != id {
 		return fmt.Errorf("%w: %q starts or ends with white space, which headers drop", ErrBadID, id)
+	}
+	if data.IsSeqID(id) {
+		return fmt.Errorf("%w: %q is the ID jobq gives the job at that stream sequence when it is published without one; use another", ErrBadID, id)
 	}
 	return nil
 }

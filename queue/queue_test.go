@@ -407,7 +407,7 @@ func TestOddIDsAreProcessed(t *testing.T) {
 	for i := range long {
 		long[i] = 'a' + byte(i%26)
 	}
-	ids := []string{"with space", "a/b/c", "star*", "gt>", "dots.in.id", "ünïcødé ✓", "=looks-encoded", string(long), "seq-1"}
+	ids := []string{"with space", "a/b/c", "star*", "gt>", "dots.in.id", "ünïcødé ✓", "=looks-encoded", string(long), "seq-1x", "seq-"}
 	for _, id := range ids {
 		b.enqueue(t, "job.odd", id, id)
 	}
