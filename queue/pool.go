@@ -139,17 +139,21 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	// The ledger's async writes get a JetStream context of their own whose
 	// futures time out, so waiting for one never hangs.
 	p := &Pool{
-		obj:       obj,
-		cfg:       cfg,
-		ledger:    data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
-		handler:   h,
-		log:       log.With().Str("component", "worker").Logger(),
-		tokens:    make(chan struct{}, capacity),
-		fetched:   make(chan *inflight, capacity),
-		ahead:     make(chan struct{}, claimAhead(cfg.Workers)),
-		claims:    make(chan *inflight, capacity),
-		work:      make(chan *inflight, capacity),
-		dones:     make(chan *inflight, capacity),
+		obj:     obj,
+		cfg:     cfg,
+		ledger:  data.NewLedger(obj.Ledger, cfg.lease(), obj.JS),
+		handler: h,
+		log:     log.With().Str("component", "worker").Logger(),
+		tokens:  make(chan struct{}, capacity),
+		fetched: make(chan *inflight, capacity),
+		ahead:   make(chan struct{}, claimAhead(cfg.Workers)),
+		claims:  make(chan *inflight, capacity),
+		work:    make(chan *inflight, capacity),
+		// Jobs waiting for their record hold no room (see giveRoomBack):
+		// with those in dones, the acker's and the workers' own, the jobs
+		// delivered and not acked stay within twice the room, WORKER's
+		// MaxAckPending.
+		dones:     make(chan *inflight, max(cfg.Prefetch-1, 1)),
 		beats:     &heartbeats{jobs: map[*inflight]struct{}{}},
 		lease:     newLease(),
 		leasing:   !cfg.NoLedger && takesLeases(obj),
@@ -318,9 +322,8 @@ func (p *Pool) release(it *inflight) {
 // giveRoomBack returns the pool room of a job whose handler succeeded: it
 // no longer needs a worker or its payload, only its record and its ack,
 // which may take a while when the ledger is busy. So the next jobs are
-// pulled meanwhile. Those that wait for their record are bounded by dones,
-// and with them the jobs delivered and not acked stay within WORKER's
-// MaxAckPending (twice the pool's room).
+// pulled meanwhile. Those that wait for their record are bounded by dones
+// (see NewPool).
 func (p *Pool) giveRoomBack(it *inflight) {
 	it.roomBack = true
 	p.bytes.Add(-it.size)
