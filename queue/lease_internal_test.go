@@ -383,18 +383,8 @@ func TestLeaseOrphanStaysUntilItsJobIsRecorded(t *testing.T) {
 	obj := leasingObjects(t)
 	a, b := leasingPool(t, obj), leasingPool(t, obj)
 	ctx := context.Background()
-	it := stubJob("O", 1)
-	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
-		t.Fatal("O not leased")
-	}
-	it.ran = true
-	a.leaveLease(it) // no record: an orphan
-	renew := func() {
-		a.lease.mu.Lock()
-		a.lease.wrote = time.Time{}
-		a.lease.mu.Unlock()
-		a.lease.renew(ctx, a)
-	}
+	orphan(t, a, "O")
+	renew := func() { renewNow(ctx, a) }
 	renew()
 	if j, held, _ := a.lease.find("O"); !held || !j.orphan {
 		t.Fatal("O left the lease without a record, want it kept as an orphan")
@@ -417,6 +407,26 @@ func TestLeaseOrphanStaysUntilItsJobIsRecorded(t *testing.T) {
 	}
 }
 
+// orphan leases job id in p and has it leave the lease as an orphan: its
+// handler ran, and no record was stored.
+func orphan(t *testing.T, p *Pool, id string) {
+	t.Helper()
+	it := stubJob(id, 1)
+	if leased, _, _ := p.admitBatch(context.Background(), checkOf(t, p, []*inflight{it})); len(leased) != 1 {
+		t.Fatalf("%s not leased", id)
+	}
+	it.ran = true
+	p.leaveLease(it)
+}
+
+// renewNow renews p's lease as its next heartbeat would.
+func renewNow(ctx context.Context, p *Pool) {
+	p.lease.mu.Lock()
+	p.lease.wrote = time.Time{}
+	p.lease.mu.Unlock()
+	p.lease.renew(ctx, p)
+}
+
 // An orphan whose job gets no record stays no longer than a record would
 // have: ProcessedTTL after it was orphaned, it leaves the lease.
 func TestLeaseOrphanLeavesAfterTheLedgerTTL(t *testing.T) {
@@ -424,18 +434,8 @@ func TestLeaseOrphanLeavesAfterTheLedgerTTL(t *testing.T) {
 	obj := leasingObjects(t)
 	a := leasingPool(t, obj)
 	ctx := context.Background()
-	it := stubJob("O", 1)
-	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
-		t.Fatal("O not leased")
-	}
-	it.ran = true
-	a.leaveLease(it) // no record: an orphan
-	renew := func() {
-		a.lease.mu.Lock()
-		a.lease.wrote = time.Time{}
-		a.lease.mu.Unlock()
-		a.lease.renew(ctx, a)
-	}
+	orphan(t, a, "O")
+	renew := func() { renewNow(ctx, a) }
 	renew()
 	if j, held, _ := a.lease.find("O"); !held || !j.orphan {
 		t.Fatal("O left the lease at once, want it kept as an orphan")
