@@ -30,6 +30,7 @@ func TestBadInputLosesNothing(t *testing.T) {
 		{name: "payload over a lower limit, from stdin", stdin: "0123456789", args: []string{"enqueue", "job.big", "--max-payload", "4"}, code: 2, want: []string{"payload too large"}},
 		{name: "id with a line break", args: []string{"enqueue", "job.x", "x", "--id", "a\nb"}, code: 2, want: []string{"control character"}},
 		{name: "id of a job published without one", args: []string{"enqueue", "job.x", "x", "--id", "seq-7"}, code: 2, want: []string{"seq-7", "published without one; use another"}},
+		{name: "a header of jobq's own", args: []string{"enqueue", "job.x", "x", "-H", "Jobq-Job-Id=seq-1"}, code: 2, want: []string{"Jobq-Job-Id", "jobq's own"}},
 		{name: "header without value", args: []string{"enqueue", "job.x", "x", "-H", "novalue"}, code: 2, want: []string{"key=value"}},
 		{name: "file that is not there", args: []string{"enqueue", "job.x", "--file", "/no/such/file"}, code: 1, want: []string{"/no/such/file"}},
 		{name: "job that is not there", args: []string{"job", "no-such-job"}, code: 1, want: []string{"no ledger record", "no-such-job"}},

@@ -938,7 +938,7 @@ func enqueue(c *cli.Context) error {
 	defer cancel()
 	ack, err := p.Enqueue(ctx, subject, payload, queue.EnqueueOptions{ID: id, Header: header})
 	if err != nil {
-		if errors.Is(err, queue.ErrPayloadTooLarge) {
+		if errors.Is(err, queue.ErrPayloadTooLarge) || errors.Is(err, queue.ErrBadHeader) || errors.Is(err, queue.ErrBadID) {
 			return usageError{err}
 		}
 		return err

@@ -349,7 +349,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 		return res, err
 	}
 	defer stopWorkers()
-	err = waitHandled(ctx, obj, counts, func(n int) { progress("process", n) })
+	err = waitHandled(ctx, obj, counts, func(n int) { progress("process", n) }, nil)
 	res.ProcessPerS = rate(cfg.Jobs, time.Since(start))
 	res.LongestPauseS = counts.watch.longest.Seconds()
 	lost, dup := counts.verify()
@@ -362,10 +362,9 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	counts = newBenchCounts(cfg.Jobs, true)
 	current.Store(counts)
 	start = time.Now()
-	if err := publishAll(t, cfg.Jobs, "e-", payload, nil); err != nil {
-		return res, err
-	}
-	err = waitHandled(ctx, obj, counts, func(n int) { progress("end to end", n) })
+	published := make(chan error, 1)
+	go func() { published <- publishAll(t, cfg.Jobs, "e-", payload, nil) }()
+	err = waitHandled(ctx, obj, counts, func(n int) { progress("end to end", n) }, published)
 	res.E2EPerS = rate(cfg.Jobs, time.Since(start))
 	res.LongestPauseS = max(res.LongestPauseS, counts.watch.longest.Seconds())
 	lost, dup = counts.verify()
@@ -380,17 +379,21 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	n := min(cfg.Jobs, 2000)
 	counts = newBenchCounts(n, true)
 	current.Store(counts)
-	tick := time.NewTicker(time.Millisecond)
-	for i := range n {
-		<-tick.C
-		// The acks are not awaited: waitHandled sees every job that arrives.
-		if _, err := t.publishAsync("job.bench", "l-"+strconv.Itoa(i), payload(i)); err != nil {
-			tick.Stop()
-			return res, err
+	published = make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for i := range n {
+			<-tick.C
+			// The acks are not awaited: waitHandled sees every job that arrives.
+			if _, err := t.publishAsync("job.bench", "l-"+strconv.Itoa(i), payload(i)); err != nil {
+				published <- err
+				return
+			}
 		}
-	}
-	tick.Stop()
-	err = waitHandled(ctx, obj, counts, func(n int) { progress("latency", n) })
+		published <- nil
+	}()
+	err = waitHandled(ctx, obj, counts, func(n int) { progress("latency", n) }, published)
 	res.LongestPauseS = max(res.LongestPauseS, counts.watch.longest.Seconds())
 	lost, dup = counts.verify()
 	res.Lost += lost
@@ -437,22 +440,34 @@ func publishAll(t benchTarget, n int, prefix string, payload func(int) []byte, p
 	return flush()
 }
 
-// waitHandled waits until every job was handled and JOB is empty (acked).
-// It keeps the longest time without a job handled in c.watch.
-func waitHandled(ctx context.Context, obj *Objects, c *benchCounts, progress func(int)) error {
+// waitHandled waits until every job was handled and JOB is empty (acked),
+// and until publishing, if given, ends; a publishing error ends the wait.
+// It keeps in c.watch the longest time without progress: without a job
+// handled, or, once all were, without one acked.
+func waitHandled(ctx context.Context, obj *Objects, c *benchCounts, progress func(int), publishing <-chan error) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
+		select {
+		case err := <-publishing:
+			if err != nil {
+				return err
+			}
+			publishing = nil
+		default:
+		}
 		n := int(c.handled.Load())
-		c.watch.see(n, c.n, time.Now())
 		progress(n)
-		if n >= c.n {
+		if n < c.n {
+			c.watch.see(progressMark{handled: n}, time.Now())
+		} else {
 			info, err := obj.Jobs.Info(ctx)
 			if err != nil {
 				return err
 			}
-			if info.State.Msgs == 0 {
+			if info.State.Msgs == 0 && publishing == nil {
 				return nil
 			}
+			c.watch.see(progressMark{handled: n, stored: info.State.Msgs}, time.Now())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("handled %d of %d jobs in 5m", n, c.n)
@@ -472,22 +487,28 @@ type benchCounts struct {
 	latency []atomic.Int64
 }
 
-// pauseWatch finds the longest pause in a count's progress toward its total.
+// progressMark is how far a phase got: jobs handled, and jobs still stored
+// once all were handled (their acks on the way).
+type progressMark struct {
+	handled int
+	stored  uint64
+}
+
+// pauseWatch finds the longest time in which a phase made no progress.
 type pauseWatch struct {
 	seen    bool
-	last    int
+	last    progressMark
 	lastAt  time.Time
 	longest time.Duration
 }
 
-// see takes the count n of total at now.
-func (w *pauseWatch) see(n, total int, now time.Time) {
-	switch {
-	case !w.seen || n != w.last:
-		w.seen, w.last, w.lastAt = true, n, now
-	case n < total:
-		w.longest = max(w.longest, now.Sub(w.lastAt))
+// see takes how far the phase got at now.
+func (w *pauseWatch) see(m progressMark, now time.Time) {
+	if !w.seen || m != w.last {
+		w.seen, w.last, w.lastAt = true, m, now
+		return
 	}
+	w.longest = max(w.longest, now.Sub(w.lastAt))
 }
 
 // Stalled reports whether r's mode stalled (see benchStall).

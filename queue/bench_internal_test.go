@@ -74,25 +74,27 @@ func TestBenchMedianTakesEachFiguresMedianAndAddsUpLosses(t *testing.T) {
 	}
 }
 
-// The bench finds the longest time without progress while jobs are still
-// to come, which makes a run a stalled one; waiting after the last job
-// (for the acks) is no pause.
+// The bench finds the longest time in which a phase made no progress:
+// no job handled, or, once all were, none acked (JOB's count unchanged).
 func TestBenchPauseWatchFindsTheLongestPause(t *testing.T) {
 	var w pauseWatch
 	t0 := time.Now()
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	w.see(0, 10, at(0))
-	w.see(3, 10, at(time.Second))
-	w.see(3, 10, at(2*time.Second))
-	w.see(3, 10, at(7*time.Second)) // 6s without progress
-	w.see(9, 10, at(8*time.Second))
-	w.see(10, 10, at(9*time.Second))
-	w.see(10, 10, at(60*time.Second)) // all handled: not a pause
+	w.see(progressMark{handled: 0}, at(0))
+	w.see(progressMark{handled: 3}, at(time.Second))
+	w.see(progressMark{handled: 3}, at(2*time.Second))
+	w.see(progressMark{handled: 3}, at(7*time.Second)) // 6s without a job handled
+	w.see(progressMark{handled: 10, stored: 4}, at(8*time.Second))
+	w.see(progressMark{handled: 10, stored: 2}, at(9*time.Second))
 	if w.longest != 6*time.Second {
 		t.Errorf("longest pause: got %s, want 6s", w.longest)
 	}
+	w.see(progressMark{handled: 10, stored: 2}, at(17*time.Second)) // 8s without an ack
+	if w.longest != 8*time.Second {
+		t.Errorf("longest pause with the acks stuck: got %s, want 8s", w.longest)
+	}
 	if r := (BenchResult{LongestPauseS: w.longest.Seconds()}); !r.Stalled() {
-		t.Error("a 6s pause: want the run taken as stalled")
+		t.Error("an 8s pause: want the run taken as stalled")
 	}
 	if r := (BenchResult{LongestPauseS: 0.3}); r.Stalled() {
 		t.Error("a 0.3s pause: want the run not taken as stalled")

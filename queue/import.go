@@ -389,6 +389,9 @@ func (p *Producer) parseImportLine(line []byte) (importJob, error) {
 			return job, err
 		}
 	}
+	if err := validHeader(job.opts.Header); err != nil {
+		return job, err
+	}
 	return job, nil
 }
 

@@ -71,6 +71,8 @@ func TestImportLines(t *testing.T) {
 		{name: "unknown field", line: `{"subject":"job.x","subjcet":"job.y"}`, reason: `unknown field "subjcet"`},
 		{name: "header not a string", line: `{"subject":"job.x","headers":{"X-A":1}}`, reason: "X-A: want a string"},
 		{name: "reserved header", line: `{"subject":"job.x","headers":{"Nats-Msg-Id":"x"}}`, reason: "reserved"},
+		{name: "header of jobq's own", line: `{"subject":"job.x","headers":{"Jobq-Job-Id":"seq-1"}}`, reason: "Jobq-Job-Id: headers starting with Jobq- are jobq's own"},
+		{name: "id of a job published without one", line: `{"subject":"job.x","id":"seq-3"}`, reason: "published without one"},
 		{name: "header with line break", line: `{"subject":"job.x","headers":{"X-A":"a\r\nX-B: b"}}`, reason: "line break"},
 	}
 	var in bytes.Buffer

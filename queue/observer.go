@@ -12,7 +12,8 @@ import (
 // The pool calls it from its workers, once per outcome and on the hot path:
 // it must be safe for concurrent use, return quickly and never block. It may
 // keep job's ID and Subject, not job itself (its Payload is the delivered
-// message's memory).
+// message's memory). A done job comes without its Payload: the pool lets it
+// go once the handler succeeded, while the completion is recorded.
 type Observer interface {
 	// JobFinished reports that an attempt of job ended in state:
 	// data.StateDone (its completion is recorded), data.StateRetrying (it

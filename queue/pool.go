@@ -323,8 +323,13 @@ func (p *Pool) release(it *inflight) {
 // no longer needs a worker or its payload, only its record and its ack,
 // which may take a while when the ledger is busy. So the next jobs are
 // pulled meanwhile. Those that wait for their record are bounded by dones
-// (see NewPool).
+// (see NewPool). Its payload is let go, so that PrefetchBytes still bounds
+// the payloads in memory.
 func (p *Pool) giveRoomBack(it *inflight) {
+	it.job.Payload = nil
+	if jm, ok := it.msg.(*jobMsg); ok {
+		jm.msg.Data = nil
+	}
 	it.roomBack = true
 	p.bytes.Add(-it.size)
 	p.tokens <- struct{}{}

@@ -3,11 +3,13 @@ package queue
 import (
 	"context"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 )
 
-// A job whose handler succeeded gives its room in the pool back at once:
-// it no longer needs a worker or its payload, only its record and its ack,
-// so the next jobs are pulled meanwhile. It stays in the lease until its
+// A job whose handler succeeded gives its room in the pool back at once,
+// and lets its payload go: it no longer needs a worker or its payload, only
+// its record and its ack, so the next jobs are pulled meanwhile. It stays in the lease until its
 // record is stored, and its release once acked gives no room back twice.
 func TestRoomIsGivenBackWhenTheHandlerSucceeds(t *testing.T) {
 	t.Parallel()
@@ -17,7 +19,9 @@ func TestRoomIsGivenBackWhenTheHandlerSucceeds(t *testing.T) {
 	if leased, _, _ := p.admitBatch(ctx, checkOf(t, p, []*inflight{it})); len(leased) != 1 {
 		t.Fatal("R not leased")
 	}
-	it.size = 100
+	payload := []byte("a payload the pool lets go once the handler succeeded")
+	jm := &jobMsg{msg: &nats.Msg{Data: payload}}
+	it.msg, it.job.Payload, it.size = jm, payload, int64(len(payload))
 	p.bytes.Add(it.size) // as admit counts it; the fetcher took its token
 
 	p.work <- it
@@ -31,6 +35,9 @@ func TestRoomIsGivenBackWhenTheHandlerSucceeds(t *testing.T) {
 	}
 	if _, held, _ := p.lease.find("R"); !held {
 		t.Fatal("R left the lease before its record was stored")
+	}
+	if it.job.Payload != nil || jm.msg.Data != nil {
+		t.Error("R's payload still held after its room was given back: PrefetchBytes would not bound the payloads in memory")
 	}
 
 	<-p.dones

@@ -114,6 +114,9 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = payload
+	if err := validHeader(opts.Header); err != nil {
+		return nil, err
+	}
 	for k, v := range opts.Header {
 		msg.Header[k] = append([]string(nil), v...)
 	}
@@ -139,6 +142,9 @@ func retryable(err error) bool {
 // ErrBadID is returned for a job ID that a message header cannot carry.
 var ErrBadID = errors.New("bad job id")
 
+// ErrBadHeader is returned for a job header that jobq keeps for itself.
+var ErrBadHeader = errors.New("bad job header")
+
 // ValidID checks that id can travel as a Nats-Msg-Id header: any bytes but
 // ASCII control characters (line breaks would end the header), at most 4 KiB;
 // and that it is not of the form "seq-" and digits, which names the jobs
@@ -157,6 +163,18 @@ func ValidID(id string) error {
 	}
 	if data.IsSeqID(id) {
 		return fmt.Errorf("%w: %q is the ID jobq gives the job at that stream sequence when it is published without one; use another", ErrBadID, id)
+	}
+	return nil
+}
+
+// validHeader refuses the headers that jobq keeps for itself: those
+// starting with Jobq-, such as the Jobq-Job-Id with which a dead letter's
+// re-drive names its job, and which would name any job's record.
+func validHeader(h map[string][]string) error {
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "jobq-") {
+			return fmt.Errorf("%w: %s: headers starting with Jobq- are jobq's own; use another name", ErrBadHeader, k)
+		}
 	}
 	return nil
 }

@@ -398,6 +398,32 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 	}
 }
 
+// IDs of the form seq-N name jobs published without an ID, and a
+// Jobq-Job-Id header names the job it is on: both are refused for jobs
+// that bring their own, which could otherwise take such a job's record and
+// be acked unrun.
+func TestEnqueueRefusesIDsOfOtherJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		opts queue.EnqueueOptions
+		want error
+	}{
+		{"seq id", queue.EnqueueOptions{ID: "seq-1"}, queue.ErrBadID},
+		{"job id header", queue.EnqueueOptions{Header: nats.Header{queue.HeaderJobID: {"seq-1"}}}, queue.ErrBadHeader},
+		{"jobq header in lower case", queue.EnqueueOptions{ID: "ok-1", Header: nats.Header{"jobq-attempts": {"1"}}}, queue.ErrBadHeader},
+	} {
+		if _, err := b.prod.Enqueue(ctx, "job.x", []byte("x"), tt.opts); !errors.Is(err, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if st := b.status(t); st.Stream.Messages != 0 {
+		t.Errorf("%d jobs stored, want none", st.Stream.Messages)
+	}
+}
+
 func TestOddIDsAreProcessed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
