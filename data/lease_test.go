@@ -246,3 +246,32 @@ func TestLeaseCheckWithManyLeases(t *testing.T) {
 		t.Fatalf("check, 1030 leases: got %v, want an error that says there are too many leases and what to do", err)
 	}
 }
+
+// KeepRecord, before a dead letter's re-drive, writes no record while it
+// cannot read the leases that pools take: one could hold the job, whose
+// running copy writes the record. Where pools take no leases, it does not
+// look.
+func TestKeepRecordFailsWhenTheLeasesCannotBeRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js, kv := newBucket(t)
+	l := data.NewLedger(kv, time.Minute, js)
+	t.Cleanup(l.Close)
+	if _, err := kv.Put(ctx, data.LeasePrefix+"x", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	job := &data.Job{ID: "k", Subject: "job.k", Seq: 1}
+	err := l.KeepRecord(ctx, job, "boom", true)
+	if err == nil || !strings.Contains(err.Error(), "cannot tell whether a pool runs it") {
+		t.Fatalf("keep record, leases unreadable: got %v, want an error", err)
+	}
+	if _, err := l.Get(ctx, "k"); !errors.Is(err, data.ErrNotFound) {
+		t.Fatalf("record after the failed keep: got %v, want none", err)
+	}
+	if err := l.KeepRecord(ctx, job, "boom", false); err != nil {
+		t.Fatalf("keep record without leases: %v", err)
+	}
+	if rec, err := l.Get(ctx, "k"); err != nil || rec.State != data.StateFailed {
+		t.Fatalf("record: got %+v, %v; want failed", rec, err)
+	}
+}

@@ -239,12 +239,16 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 // is. A copy of the job that runs meanwhile then finds a record, so it is
 // claimed before it runs (see Prepare). A job that a live lease holds gets
 // none: the copy running on it writes its record, and the re-driven copy
-// finds the lease.
-func (l *Ledger) KeepRecord(ctx context.Context, job *Job, cause string) error {
-	if l.js != nil {
-		// A bucket that cannot be read in batches has no leases (see
-		// queue.Pool): a failed read leaves only the record to write.
-		if held, err := l.Leased(ctx, job); err == nil && held {
+// finds the lease. leases says whether the pools on the bucket take leases
+// (a bucket that cannot be read in batches has none); if they do, a failed
+// read of the leases fails, since a lease could hold the job.
+func (l *Ledger) KeepRecord(ctx context.Context, job *Job, cause string, leases bool) error {
+	if leases {
+		held, err := l.Leased(ctx, job)
+		if err != nil {
+			return fmt.Errorf("record job %s: cannot tell whether a pool runs it: %w", job.ID, err)
+		}
+		if held {
 			return nil
 		}
 	}
