@@ -112,17 +112,25 @@ func TestLeaseSettledOnceEveryJobHasARecord(t *testing.T) {
 	}
 }
 
+// ledgerWithUnreadableLease returns a ledger whose bucket holds a lease
+// that is not jobq's.
+func ledgerWithUnreadableLease(t *testing.T) *data.Ledger {
+	t.Helper()
+	js, kv := newBucket(t)
+	l := data.NewLedger(kv, time.Minute, js)
+	t.Cleanup(l.Close)
+	if _, err := kv.Put(context.Background(), data.LeasePrefix+"x", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // An unreadable lease could hide a running job: the check fails rather
 // than take it for none.
 func TestLeaseUnreadableFailsTheCheck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	js, kv := newBucket(t)
-	l := data.NewLedger(kv, time.Minute, js)
-	t.Cleanup(l.Close)
-	if _, err := kv.Put(ctx, data.LeasePrefix+"x", []byte("not json")); err != nil {
-		t.Fatal(err)
-	}
+	l := ledgerWithUnreadableLease(t)
 	if _, err := l.Check(ctx, []*data.Job{{ID: "a", Seq: 1, Attempt: 1}}, "p"); !errors.Is(err, data.ErrCorruptRecord) {
 		t.Fatalf("check: got %v, want ErrCorruptRecord", err)
 	}
@@ -254,12 +262,7 @@ func TestLeaseCheckWithManyLeases(t *testing.T) {
 func TestKeepRecordFailsWhenTheLeasesCannotBeRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	js, kv := newBucket(t)
-	l := data.NewLedger(kv, time.Minute, js)
-	t.Cleanup(l.Close)
-	if _, err := kv.Put(ctx, data.LeasePrefix+"x", []byte("not json")); err != nil {
-		t.Fatal(err)
-	}
+	l := ledgerWithUnreadableLease(t)
 	job := &data.Job{ID: "k", Subject: "job.k", Seq: 1}
 	err := l.KeepRecord(ctx, job, "boom", true)
 	if err == nil || !strings.Contains(err.Error(), "cannot tell whether a pool runs it") {
