@@ -332,7 +332,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 
 	// Enqueue, async: this fills the queue for the process phase.
 	start = time.Now()
-	if err := publishAll(t, cfg.Jobs, "p-", payload, func(i int) { progress("enqueue async", i) }); err != nil {
+	if err := publishAll(ctx, t, cfg.Jobs, "p-", payload, func(i int) { progress("enqueue async", i) }); err != nil {
 		return res, err
 	}
 	res.EnqueueAsyncPerS = rate(cfg.Jobs, time.Since(start))
@@ -362,9 +362,20 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	counts = newBenchCounts(cfg.Jobs, true)
 	current.Store(counts)
 	start = time.Now()
+	// The producer runs beside the wait, which sees any stall from the
+	// start; a wait that fails stops it and waits for it.
+	pubCtx, stopPublishing := context.WithCancel(ctx)
+	defer stopPublishing()
 	published := make(chan error, 1)
-	go func() { published <- publishAll(t, cfg.Jobs, "e-", payload, nil) }()
+	go func(out chan<- error) {
+		defer close(out)
+		out <- publishAll(pubCtx, t, cfg.Jobs, "e-", payload, nil)
+	}(published)
 	err = waitHandled(ctx, obj, counts, func(n int) { progress("end to end", n) }, published)
+	if err != nil {
+		stopPublishing()
+		<-published // its error, or closed once waitHandled took it
+	}
 	res.E2EPerS = rate(cfg.Jobs, time.Since(start))
 	res.LongestPauseS = max(res.LongestPauseS, counts.watch.longest.Seconds())
 	lost, dup = counts.verify()
@@ -379,21 +390,31 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	n := min(cfg.Jobs, 2000)
 	counts = newBenchCounts(n, true)
 	current.Store(counts)
-	published = make(chan error, 1)
-	go func() {
+	steady := make(chan error, 1)
+	go func(out chan<- error) {
+		defer close(out)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for i := range n {
-			<-tick.C
+			select {
+			case <-tick.C:
+			case <-pubCtx.Done():
+				out <- pubCtx.Err()
+				return
+			}
 			// The acks are not awaited: waitHandled sees every job that arrives.
 			if _, err := t.publishAsync("job.bench", "l-"+strconv.Itoa(i), payload(i)); err != nil {
-				published <- err
+				out <- err
 				return
 			}
 		}
-		published <- nil
-	}()
-	err = waitHandled(ctx, obj, counts, func(n int) { progress("latency", n) }, published)
+		out <- nil
+	}(steady)
+	err = waitHandled(ctx, obj, counts, func(n int) { progress("latency", n) }, steady)
+	if err != nil {
+		stopPublishing()
+		<-steady
+	}
 	res.LongestPauseS = max(res.LongestPauseS, counts.watch.longest.Seconds())
 	lost, dup = counts.verify()
 	res.Lost += lost
@@ -404,7 +425,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
-func publishAll(t benchTarget, n int, prefix string, payload func(int) []byte, progress func(int)) error {
+func publishAll(ctx context.Context, t benchTarget, n int, prefix string, payload func(int) []byte, progress func(int)) error {
 	// The window stays under the connection's limit of outstanding async
 	// publishes (512), which would otherwise stall when acks are slow, as
 	// with --sync always.
@@ -417,6 +438,8 @@ func publishAll(t benchTarget, n int, prefix string, payload func(int) []byte, p
 				return err
 			case <-time.After(30 * time.Second):
 				return errors.New("publish ack timeout")
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 		}
 		futures = futures[:0]

@@ -323,8 +323,9 @@ func (p *Pool) release(it *inflight) {
 // no longer needs a worker or its payload, only its record and its ack,
 // which may take a while when the ledger is busy. So the next jobs are
 // pulled meanwhile. Those that wait for their record are bounded by dones
-// (see NewPool). Its payload is let go, so that PrefetchBytes still bounds
-// the payloads in memory.
+// (see NewPool). The pool lets go of its payload, so that PrefetchBytes
+// still bounds the payloads it holds; the handler's copy of the job (see
+// call) keeps its own.
 func (p *Pool) giveRoomBack(it *inflight) {
 	it.job.Payload = nil
 	if jm, ok := it.msg.(*jobMsg); ok {
@@ -624,7 +625,10 @@ func (p *Pool) call(ctx context.Context, job *data.Job) (err error) {
 			err = &panicError{value: r, stack: debug.Stack()}
 		}
 	}()
-	return p.handler.Process(ctx, job)
+	// The handler gets a copy of its own, which it may keep after it
+	// returns: the pool lets go of its payload then (see giveRoomBack).
+	own := *job
+	return p.handler.Process(ctx, &own)
 }
 
 type panicError struct {

@@ -1518,3 +1518,35 @@ func TestLeasedJobRecordsWhenItStarted(t *testing.T) {
 		t.Errorf("next started %v (first %v), slow finished %v; want next started after, first = started", next.StartedAt, next.FirstAt, slow.FinishedAt)
 	}
 }
+
+// A handler may keep its job after it returns, as one that hands it to a
+// goroutine of its own does: the job stays whole, and the pool's letting go
+// of the payload once the handler succeeded does not race with it.
+func TestHandlerMayKeepItsJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	var wg sync.WaitGroup
+	var bad atomic.Int32
+	start := make(chan struct{})
+	h := handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if string(job.Payload) != "hello "+job.ID {
+				bad.Add(1)
+			}
+		}()
+		return nil
+	})
+	for _, id := range []string{"a", "b", "c", "d"} {
+		b.enqueue(t, "job.x", id, "hello "+id)
+	}
+	b.startPool(t, h)
+	b.waitDrained(t)
+	close(start)
+	wg.Wait()
+	if n := bad.Load(); n > 0 {
+		t.Errorf("%d jobs kept by their handler lost their payload after it returned", n)
+	}
+}
