@@ -14,7 +14,9 @@ import (
 )
 
 // Handler runs one job. A nil error means done; an error means the attempt
-// failed and will be retried unless it is Permanent.
+// failed and will be retried unless it is Permanent. The job is the
+// handler's own (queue.Pool passes a copy): it may keep it after Process
+// returns, though its Payload and Header must not be changed.
 type Handler interface {
 	Process(ctx context.Context, job *data.Job) error
 }
