@@ -101,7 +101,7 @@ func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapsh
 // first would not do: a job could be leased, run, recorded and dropped from
 // its lease between the two reads.
 func (l *Ledger) checkApart(ctx context.Context, keys []string, mine string) (*Snapshot, error) {
-	s := &Snapshot{Found: make([]bool, len(keys))}
+	s := &Snapshot{}
 	leases := l.prefix + LeasePrefix
 	err := l.multiLast(ctx, []string{leases + ">"}, func(subj, seq string, msg *nats.Msg) error {
 		owner := strings.TrimPrefix(subj, leases)
@@ -114,10 +114,8 @@ func (l *Ledger) checkApart(ctx context.Context, keys []string, mine string) (*S
 	if err != nil {
 		return nil, err
 	}
-	for i := 0; i < len(keys); i += recordedBatch {
-		if err := l.readRecords(ctx, keys[i:min(i+recordedBatch, len(keys))], s.Found[i:]); err != nil {
-			return nil, err
-		}
+	if s.Found, err = l.Recorded(ctx, keys); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -172,7 +172,7 @@ func ValidID(id string) error {
 // re-drive names its job, and which would name any job's record.
 func validHeader(h map[string][]string) error {
 	for k := range h {
-		if strings.HasPrefix(strings.ToLower(k), "jobq-") {
+		if len(k) >= 5 && strings.EqualFold(k[:5], "jobq-") {
 			return fmt.Errorf("%w: %s: headers starting with Jobq- are jobq's own; use another name", ErrBadHeader, k)
 		}
 	}
