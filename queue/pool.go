@@ -278,6 +278,20 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 	if !p.cfg.NoLedger {
 		defer p.lease.close(p)
 		defer p.leaveLease(it)
+	}
+	// Heartbeats, as in a pool: InProgress, and the renewals of the
+	// job's lease or claim, so that a long handler keeps its job.
+	p.beats.add(it)
+	done, beating := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(beating)
+		p.beats.loop(ctx, p, done)
+	}()
+	defer func() {
+		close(done)
+		<-beating
+	}()
+	if !p.cfg.NoLedger {
 		if p.leasing {
 			batch := []*inflight{it}
 			gen := p.lease.generation()

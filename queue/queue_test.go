@@ -532,6 +532,42 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 	}
 }
 
+// jobq next keeps a long job as a pool does: while its handler runs past
+// the ack wait, the job is not redelivered to a pool, whose check would
+// find jobq next's lease ended and run the job beside it.
+func TestNextKeepsLongJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	c := newCounter()
+	b.enqueue(t, "job.long", "next-long-1", "x")
+	started := make(chan struct{})
+	ran := make(chan error, 1)
+	go func() {
+		_, err := queue.Next(context.Background(), b.obj, c.wrap(func(ctx context.Context, job *data.Job) error {
+			close(started)
+			select {
+			case <-time.After(3500 * time.Millisecond): // 3.5 ack waits
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}), 5*time.Second, servertest.Logger(t))
+		ran <- err
+	}()
+	<-started
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error { return nil }))
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	rec := b.waitState(t, "next-long-1", data.StateDone)
+	if got := c.get("next-long-1"); got != 1 || rec.Attempts != 1 {
+		t.Errorf("job ran %d times with %d attempts recorded, want 1 and 1: a pool ran it while jobq next did", got, rec.Attempts)
+	}
+	if st := b.status(t); st.Consumer.Redelivered != 0 {
+		t.Errorf("consumer counts %d redelivered, want 0", st.Consumer.Redelivered)
+	}
+}
+
 func TestSameJobNeverRunsTwiceAtOnce(t *testing.T) {
 	t.Parallel()
 	// Two pools, three stored copies of one job (re-drives, under
