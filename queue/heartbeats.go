@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -70,6 +71,9 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 		for _, it := range due {
 			p.renew(ctx, it)
 		}
+		if !p.cfg.NoLedger {
+			h.loseLapsedClaims(time.Now(), every/2)
+		}
 		if p.leasing && now.Sub(collected) >= p.cfg.lease() {
 			collected = now
 			p.lease.collect(context.WithoutCancel(ctx), p)
@@ -83,11 +87,26 @@ func (h *heartbeats) loseLeased(cause error) {
 	defer h.mu.Unlock()
 	for it := range h.jobs {
 		it.mu.Lock()
-		if it.unclaimed && !it.closed {
-			it.closed, it.lost = true, true
-			if it.cancel != nil {
-				it.cancel(cause)
-			}
+		if it.unclaimed {
+			it.lose(cause)
+		}
+		it.mu.Unlock()
+	}
+}
+
+// loseLapsedClaims cancels the handlers of the jobs on claims of their own
+// that were not renewed in time: a sixth of the ack wait before the claim
+// ends (margin), as the pool's lease does (see giveUpIfLapsed), so that
+// they stop before another pool may take the job over. A renewal that
+// fails with an error other than a lost claim, such as a timeout, leaves
+// the claim to run out.
+func (h *heartbeats) loseLapsedClaims(now time.Time, margin time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for it := range h.jobs {
+		it.mu.Lock()
+		if !it.unclaimed && it.claim.Revision > 0 && !now.Before(it.claim.Record.LeaseUntil.Add(-margin)) {
+			it.lose(fmt.Errorf("%w: the job's claim could not be renewed before its end (%s)", data.ErrClaimLost, it.claim.Record.LeaseUntil.Format(time.RFC3339)))
 		}
 		it.mu.Unlock()
 	}
@@ -117,10 +136,7 @@ func (p *Pool) renew(ctx context.Context, it *inflight) {
 	defer cancel()
 	err := p.ledger.Renew(opCtx, &it.claim)
 	if errors.Is(err, data.ErrClaimLost) {
-		it.closed, it.lost = true, true
-		if it.cancel != nil {
-			it.cancel(err)
-		}
+		it.lose(err)
 		return
 	}
 	if err != nil {

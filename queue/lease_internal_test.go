@@ -82,18 +82,34 @@ func TestLeaseRefusesACheckOlderThanOneItWroteOn(t *testing.T) {
 	}
 }
 
-func leasingObjects(t *testing.T) *Objects {
+func leasingObjects(t *testing.T) *Objects { return objectsWith(t, Config{}) }
+
+// objectsWith provisions jobq's objects with cfg on a server of their own.
+func objectsWith(t *testing.T, cfg Config) *Objects {
 	t.Helper()
 	srv := servertest.Start(t)
 	js, err := jetstream.New(servertest.Connect(t, srv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := Provision(context.Background(), js, Config{}, servertest.Logger(t))
+	obj, err := Provision(context.Background(), js, cfg, servertest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return obj
+}
+
+// startPool starts p, and stops it when the test ends.
+func startPool(t *testing.T, p *Pool) {
+	t.Helper()
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Stop(ctx)
+	})
 }
 
 func leasingPool(t *testing.T, obj *Objects) *Pool {
@@ -207,14 +223,7 @@ func TestSweepLeavesAJobOnALiveLease(t *testing.T) {
 		<-release
 		return nil
 	}), servertest.Logger(t))
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		p.Stop(ctx)
-	})
+	startPool(t, p)
 	ack, err := NewProducer(obj.JS, obj.Config).Enqueue(context.Background(), "job.x", []byte("x"), EnqueueOptions{ID: "L"})
 	if err != nil {
 		t.Fatal(err)

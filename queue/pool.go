@@ -129,7 +129,21 @@ type inflight struct {
 	lastBeat time.Time
 	closed   bool                    // no more heartbeats
 	lost     bool                    // the claim was taken over
+	lostBy   error                   // why, wrapping data.ErrClaimLost
 	cancel   context.CancelCauseFunc // cancels the running handler
+}
+
+// lose marks it's claim, or its place in the pool's lease, lost for cause,
+// which wraps data.ErrClaimLost: no more heartbeats, and its handler is
+// cancelled, now if it runs, or as it starts (see run). it.mu is held.
+func (it *inflight) lose(cause error) {
+	if it.closed {
+		return
+	}
+	it.closed, it.lost, it.lostBy = true, true, cause
+	if it.cancel != nil {
+		it.cancel(cause)
+	}
 }
 
 // NewPool returns a pool that runs jobs from obj's WORKER through h.
@@ -614,7 +628,13 @@ func (p *Pool) run(ctx context.Context, it *inflight) error {
 	}
 	it.mu.Lock()
 	it.cancel = it.hctx.cancel
+	lostBy := it.lostBy
 	it.mu.Unlock()
+	if lostBy != nil {
+		// Lost after runOne looked and before the handler could be
+		// cancelled: it does not start.
+		return lostBy
+	}
 	base := hctx
 	if p.cfg.JobTimeout > 0 {
 		var c context.CancelFunc
