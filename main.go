@@ -412,7 +412,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "user", EnvVars: env("user"), Usage: "client user the server requires (with --password)"},
 		&cli.StringFlag{Name: "password", EnvVars: env("password"), Usage: "client password the server requires (with --user)"},
 		&cli.StringFlag{Name: "nkey", EnvVars: env("nkey"), Usage: "client nkey public key the server accepts"},
-		&cli.BoolFlag{Name: "insecure", EnvVars: env("insecure"), Usage: "allow a non-loopback --listen without authentication"},
+		&cli.BoolFlag{Name: "insecure", EnvVars: env("insecure"), Usage: "allow a non-loopback --listen or --http without authentication"},
 		&cli.StringFlag{Name: "tls-cert", EnvVars: env("tls-cert"), Usage: "TLS certificate file for the client port"},
 		&cli.StringFlag{Name: "tls-key", EnvVars: env("tls-key"), Usage: "TLS key file for the client port"},
 		&cli.StringFlag{Name: "sync", Value: "1s", EnvVars: env("sync"), Usage: "how often the store is fsynced: an interval, or always"},
@@ -455,6 +455,15 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	if c.IsSet("prefetch-bytes") && qc.PrefetchBytes <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--prefetch-bytes %d: want 1 or more", qc.PrefetchBytes)
 	}
+	if c.IsSet("dedupe-window") && qc.DedupeWindow <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--dedupe-window %s: want a positive duration", qc.DedupeWindow)
+	}
+	if d := c.Duration("demo-interval"); c.Bool("demo") && d <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--demo-interval %s: want a positive duration", d)
+	}
+	if d := c.Duration("shutdown-timeout"); d < 0 {
+		return server.Config{}, queue.Config{}, badUsage("--shutdown-timeout %s: want 0 (cut jobs off at once) or more", d)
+	}
 	if c.IsSet("max-payload") && qc.MaxPayload <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--max-payload %d: want 1 or more", qc.MaxPayload)
 	}
@@ -473,6 +482,7 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		User:       c.String("user"),
 		Password:   c.String("password"),
 		NKey:       c.String("nkey"),
+		HTTP:       c.String("http"),
 		Insecure:   c.Bool("insecure"),
 		TLSCert:    c.String("tls-cert"),
 		TLSKey:     c.String("tls-key"),

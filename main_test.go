@@ -1207,6 +1207,17 @@ func TestCLIUsage(t *testing.T) {
 		// A non-loopback --listen without auth is refused before anything
 		// starts: bad usage, exit status 2.
 		{name: "non-loopback listen without auth", args: []string{"serve", "--listen", "0.0.0.0:" + strings.Split(freeAddr(t), ":")[1]}, want: []string{"0.0.0.0", "authentication", "--token", "--insecure"}},
+		// So is a non-loopback --http, which serves the dashboard and its
+		// dead-letter re-drives.
+		{name: "non-loopback http without auth", args: []string{"serve", "--http", "0.0.0.0:" + strings.Split(freeAddr(t), ":")[1]}, want: []string{"--http 0.0.0.0", "--token", "--insecure"}},
+		{name: "non-loopback http with an nkey only", args: []string{"serve", "--http", ":" + strings.Split(freeAddr(t), ":")[1], "--nkey", "UB7BXKQSFXEX4R6AGA5OLVOIAQVZZ6OEVTROQA5VZ4FHETKJM3Q5GLHA"}, want: []string{"--http", "an --nkey does not reach HTTP"}},
+		{name: "malformed http", args: []string{"serve", "--http", "bogus"}, want: []string{`--http "bogus"`, "host:port"}},
+		{name: "two kinds of auth", args: []string{"serve", "--token", "t", "--user", "u", "--password", "p"}, want: []string{"--token", "--nkey", "pass one"}},
+		{name: "nkey that is not a key", args: []string{"serve", "--nkey", "notakey"}, want: []string{`--nkey "notakey"`, "user public key"}},
+		{name: "demo interval 0", args: []string{"serve", "--demo", "--demo-interval", "0"}, want: []string{"--demo-interval 0s", "positive"}},
+		{name: "dedupe window 0", args: []string{"serve", "--dedupe-window", "0"}, want: []string{"--dedupe-window 0s", "positive"}},
+		{name: "negative shutdown timeout", args: []string{"serve", "--shutdown-timeout", "-1s"}, want: []string{"--shutdown-timeout -1s"}},
+		{name: "negative max store", args: []string{"serve", "--max-store", "-1"}, want: []string{"--max-store -1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1215,7 +1226,10 @@ func TestCLIUsage(t *testing.T) {
 			store := filepath.Join(t.TempDir(), "store")
 			if args[0] == "serve" {
 				// Should serve start anyway, it must not touch anything shared.
-				args = append(slices.Clone(args), "--store-dir", store, "--http", "")
+				args = append(slices.Clone(args), "--store-dir", store)
+				if !slices.Contains(args, "--http") {
+					args = append(args, "--http", "")
+				}
 				if !slices.Contains(args, "--listen") {
 					args = append(args, "--listen", "127.0.0.1:0")
 				}

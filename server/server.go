@@ -14,6 +14,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 )
@@ -40,7 +41,12 @@ type Config struct {
 	User     string
 	Password string
 	NKey     string
-	// Insecure allows a non-loopback Listen without authentication.
+	// HTTP is the host:port of jobq's HTTP endpoints, which the server
+	// does not serve but checks as it does Listen: a non-loopback one needs
+	// a Token, or User with Password (an NKey does not reach HTTP). Empty
+	// means none.
+	HTTP string
+	// Insecure allows a non-loopback Listen or HTTP without authentication.
 	Insecure bool
 	// TLSCert and TLSKey, both set, turn on TLS for the client port.
 	TLSCert string
@@ -98,18 +104,44 @@ func (c Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together: pass both or neither")
 	}
+	methods := 0
+	for _, set := range []bool{c.Token != "", c.User != "", c.NKey != ""} {
+		if set {
+			methods++
+		}
+	}
+	if methods > 1 {
+		return errors.New("--token, --user with --password, and --nkey are alternatives: pass one")
+	}
+	if c.NKey != "" && !nkeys.IsValidPublicUserKey(c.NKey) {
+		return fmt.Errorf("--nkey %q is not a user public key: pass one starting with U, as `nk -gen user -pubout` prints", c.NKey)
+	}
 	if c.SyncInterval < 0 {
 		return fmt.Errorf("sync interval %s is negative", c.SyncInterval)
 	}
-	if c.Listen == "" {
-		return nil
+	if c.MaxStore < 0 || c.MaxMemory < 0 {
+		return fmt.Errorf("--max-store %d, --max-memory %d: want 0 (the server's default) or more", c.MaxStore, c.MaxMemory)
 	}
-	host, _, err := splitListen(c.Listen)
-	if err != nil {
-		return err
+	if c.Listen != "" {
+		host, _, err := splitListen(c.Listen)
+		if err != nil {
+			return err
+		}
+		if !isLoopback(host) && !c.hasAuth() && !c.Insecure {
+			return fmt.Errorf("%w: %s is not loopback; pass --token, --user and --password, or --nkey, or --insecure to accept anyone", ErrInsecureListen, c.Listen)
+		}
 	}
-	if !isLoopback(host) && !c.hasAuth() && !c.Insecure {
-		return fmt.Errorf("%w: %s is not loopback; pass --token, --user and --password, or --nkey, or --insecure to accept anyone", ErrInsecureListen, c.Listen)
+	if c.HTTP != "" {
+		host, _, err := net.SplitHostPort(c.HTTP)
+		if err != nil {
+			return fmt.Errorf("--http %q: want host:port, e.g. 127.0.0.1:8222", c.HTTP)
+		}
+		if host == "" {
+			host = "0.0.0.0"
+		}
+		if !isLoopback(host) && c.Token == "" && c.User == "" && !c.Insecure {
+			return fmt.Errorf("%w: --http %s is not loopback; pass --token, or --user and --password (an --nkey does not reach HTTP), or --insecure to accept anyone", ErrInsecureListen, c.HTTP)
+		}
 	}
 	return nil
 }

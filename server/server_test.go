@@ -54,6 +54,17 @@ func TestConfigValidate(t *testing.T) {
 		{name: "cert without key", cfg: server.Config{StoreDir: "x", TLSCert: "a"}, wantErr: "go together"},
 		{name: "bad listen", cfg: server.Config{StoreDir: "x", Listen: "4222"}, wantErr: "want host:port"},
 		{name: "bad port", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:99999"}, wantErr: "port must be"},
+		{name: "http loopback", cfg: server.Config{StoreDir: "x", HTTP: "127.0.0.1:8222"}},
+		{name: "http open without auth", cfg: server.Config{StoreDir: "x", HTTP: "0.0.0.0:8222"}, is: server.ErrInsecureListen},
+		{name: "http on all interfaces without auth", cfg: server.Config{StoreDir: "x", HTTP: ":8222"}, is: server.ErrInsecureListen},
+		{name: "http open with nkey only", cfg: server.Config{StoreDir: "x", HTTP: "0.0.0.0:8222", NKey: "UB7BXKQSFXEX4R6AGA5OLVOIAQVZZ6OEVTROQA5VZ4FHETKJM3Q5GLHA"}, wantErr: "an --nkey does not reach HTTP"},
+		{name: "http open with token", cfg: server.Config{StoreDir: "x", HTTP: "0.0.0.0:8222", Token: "s3cret"}},
+		{name: "http open with user", cfg: server.Config{StoreDir: "x", HTTP: "0.0.0.0:8222", User: "a", Password: "b"}},
+		{name: "http open insecure", cfg: server.Config{StoreDir: "x", HTTP: "0.0.0.0:8222", Insecure: true}},
+		{name: "bad http", cfg: server.Config{StoreDir: "x", HTTP: "bogus"}, wantErr: "want host:port"},
+		{name: "token and user", cfg: server.Config{StoreDir: "x", Token: "t", User: "u", Password: "p"}, wantErr: "pass one"},
+		{name: "bad nkey", cfg: server.Config{StoreDir: "x", NKey: "notakey"}, wantErr: "not a user public key"},
+		{name: "negative max store", cfg: server.Config{StoreDir: "x", MaxStore: -1}, wantErr: "want 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
