@@ -293,9 +293,23 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// commandPath is how the user typed c's command: "jobq dlq list".
+func commandPath(c *cli.Context) string {
+	var names []string
+	for _, ctx := range c.Lineage() {
+		if ctx.Command == nil || ctx.Command.Name == "" || ctx.Command.Name == c.App.Name {
+			continue
+		}
+		if len(names) == 0 || names[0] != ctx.Command.Name {
+			names = append([]string{ctx.Command.Name}, names...)
+		}
+	}
+	return strings.Join(append([]string{c.App.Name}, names...), " ")
+}
+
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	onUsage := func(c *cli.Context, err error, _ bool) error {
-		return usageError{fmt.Errorf("%w; see jobq %s --help", err, c.Command.FullName())}
+		return usageError{fmt.Errorf("%w; see %s --help", err, commandPath(c))}
 	}
 	app := &cli.App{
 		Name:                 "jobq",
@@ -907,6 +921,9 @@ func enqueue(c *cli.Context) error {
 	if err := queue.ValidID(c.String("id")); c.IsSet("id") && err != nil {
 		return usageError{err}
 	}
+	if c.Int("max-payload") < 1 {
+		return badUsage("--max-payload %d: want 1 or more", c.Int("max-payload"))
+	}
 	var payload []byte
 	var err error
 	switch {
@@ -935,7 +952,10 @@ func enqueue(c *cli.Context) error {
 		if !ok || strings.TrimSpace(k) == "" {
 			return badUsage("-H %q: want key=value", kv)
 		}
-		header.Add(strings.TrimSpace(k), v)
+		if k = strings.TrimSpace(k); strings.EqualFold(k, nats.MsgIdHdr) {
+			return badUsage("-H %s: set the job ID with --id", k)
+		}
+		header.Add(k, v)
 	}
 	obj, closeFn, err := client(c)
 	if err != nil {

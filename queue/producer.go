@@ -169,11 +169,17 @@ func ValidID(id string) error {
 
 // validHeader refuses the headers that jobq keeps for itself: those
 // starting with Jobq-, such as the Jobq-Job-Id with which a dead letter's
-// re-drive names its job, and which would name any job's record.
+// re-drive names its job, and which would name any job's record; and those
+// starting with Nats-, which tell the server how to store the job (a
+// Nats-TTL would expire it unrun), but for Nats-Msg-Id, which the job's ID
+// replaces.
 func validHeader(h map[string][]string) error {
 	for k := range h {
-		if len(k) >= 5 && strings.EqualFold(k[:5], "jobq-") {
+		switch {
+		case len(k) >= 5 && strings.EqualFold(k[:5], "jobq-"):
 			return fmt.Errorf("%w: %s: headers starting with Jobq- are jobq's own; use another name", ErrBadHeader, k)
+		case len(k) >= 5 && strings.EqualFold(k[:5], "nats-") && !strings.EqualFold(k, nats.MsgIdHdr):
+			return fmt.Errorf("%w: %s: headers starting with Nats- tell the server how to store the job; use another name", ErrBadHeader, k)
 		}
 	}
 	return nil

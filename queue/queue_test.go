@@ -414,6 +414,10 @@ func TestEnqueueRefusesIDsOfOtherJobs(t *testing.T) {
 		{"seq id", queue.EnqueueOptions{ID: "seq-1"}, queue.ErrBadID},
 		{"job id header", queue.EnqueueOptions{Header: nats.Header{queue.HeaderJobID: {"seq-1"}}}, queue.ErrBadHeader},
 		{"jobq header in lower case", queue.EnqueueOptions{ID: "ok-1", Header: nats.Header{"jobq-attempts": {"1"}}}, queue.ErrBadHeader},
+		// Nats- headers tell the server how to store the job: a TTL would
+		// expire it unrun.
+		{"nats ttl header", queue.EnqueueOptions{ID: "ok-2", Header: nats.Header{"Nats-TTL": {"1s"}}}, queue.ErrBadHeader},
+		{"nats expected stream header", queue.EnqueueOptions{ID: "ok-3", Header: nats.Header{"nats-expected-stream": {"FOO"}}}, queue.ErrBadHeader},
 	} {
 		if _, err := b.prod.Enqueue(ctx, "job.x", []byte("x"), tt.opts); !errors.Is(err, tt.want) {
 			t.Errorf("%s: got %v, want %v", tt.name, err, tt.want)
