@@ -28,7 +28,9 @@ import (
 //     lease sequence that Check saw (WriteLease): of two pools that take
 //     the same job, the second write fails and its next Check finds the
 //     first.
-//  3. A job that a live lease holds is not run by anyone else. One listed
+//  3. A job that a live lease holds is not run by anyone else, unless a
+//     record written through its run's prepared claim, after that lease's
+//     write, says that the run is over (Snapshot.RecordedAfter). One listed
 //     in a lease that ended, or as an orphan (see LeasedJob), may have run:
 //     it goes into the next pool's lease as a resumed attempt, by rule 2.
 //     A job without a record is never claimed with a create outside a
@@ -73,6 +75,41 @@ type Snapshot struct {
 	// for WriteLease to expect; 0 if there is none.
 	LeaseSeq uint64
 	leased   map[string][]leaseRef
+	records  map[int]foundRecord // by job index, for RecordedAfter
+}
+
+// foundRecord is a job's record as Check read it, decoded only if asked.
+type foundRecord struct {
+	seq  uint64
+	data []byte
+}
+
+func (s *Snapshot) addRecord(i int, seq string, msg *nats.Msg) {
+	s.Found[i] = true
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if err != nil {
+		return // RecordedAfter then says no, which holds the job back
+	}
+	if s.records == nil {
+		s.records = map[int]foundRecord{}
+	}
+	s.records[i] = foundRecord{seq: n, data: msg.Data}
+}
+
+// RecordedAfter reports whether job i's record was written through the
+// prepared claim of its run on ls, after ls's write: that run is over (its
+// outcome is recorded), and the record decides (rule 1), even though ls,
+// not yet rewritten, still lists the job. Any other record, such as one a
+// dead letter's re-drive wrote (see KeepRecord), leaves ls holding the job.
+func (s *Snapshot) RecordedAfter(i int, ls *Lease) bool {
+	r, ok := s.records[i]
+	if !ok || r.seq <= ls.Revision {
+		return false
+	}
+	var rec struct {
+		Lease string `json:"lease"`
+	}
+	return json.Unmarshal(r.data, &rec) == nil && rec.Lease == ls.Owner
 }
 
 type leaseRef struct {

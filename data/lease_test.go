@@ -102,7 +102,7 @@ func TestLeaseSettledOnceEveryJobHasARecord(t *testing.T) {
 			t.Fatalf("with %d of 2 records: got %v, %v; want not settled", i, settled, err)
 		}
 		job := &data.Job{ID: id, Seq: uint64(i + 1), Attempt: 1}
-		c := l.Prepare(job, "w")
+		c := l.Prepare(job, "w", ls.Owner)
 		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func TestLedgerRecordedReadsBeyondOneBatch(t *testing.T) {
 		if i == 3 {
 			continue
 		}
-		c := l.Prepare(&data.Job{ID: key, Seq: uint64(i + 1), Attempt: 1}, "w")
+		c := l.Prepare(&data.Job{ID: key, Seq: uint64(i + 1), Attempt: 1}, "w", "")
 		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +210,7 @@ func TestLeaseCheckWithManyLeases(t *testing.T) {
 		jobs[i] = &data.Job{ID: fmt.Sprintf("j-%d", i), Seq: uint64(i + 1), Attempt: 1}
 	}
 	for _, job := range jobs[:50] { // with the leases, more than 1024 found
-		c := l.Prepare(job, "w")
+		c := l.Prepare(job, "w", "")
 		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}

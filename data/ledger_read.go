@@ -43,7 +43,7 @@ func (l *Ledger) Recorded(ctx context.Context, keys []string) ([]bool, error) {
 	found := make([]bool, len(keys))
 	for i := 0; i < len(keys); i += recordedBatch {
 		chunk := keys[i:min(i+recordedBatch, len(keys))]
-		if err := l.readRecords(ctx, chunk, found[i:]); err != nil {
+		if err := l.readRecords(ctx, chunk, func(j int, _ string, _ *nats.Msg) { found[i+j] = true }); err != nil {
 			return nil, err
 		}
 	}
@@ -77,7 +77,7 @@ func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapsh
 			return s.addLease(owner, seq, owner == mine, msg)
 		}
 		for _, i := range index[subj] {
-			s.Found[i] = true
+			s.addRecord(i, seq, msg)
 		}
 		return nil
 	})
@@ -114,18 +114,24 @@ func (l *Ledger) checkApart(ctx context.Context, keys []string, mine string) (*S
 	if err != nil {
 		return nil, err
 	}
-	if s.Found, err = l.Recorded(ctx, keys); err != nil {
-		return nil, err
+	s.Found = make([]bool, len(keys))
+	for i := 0; i < len(keys); i += recordedBatch {
+		chunk := keys[i:min(i+recordedBatch, len(keys))]
+		err := l.readRecords(ctx, chunk, func(j int, seq string, msg *nats.Msg) { s.addRecord(i+j, seq, msg) })
+		if err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
-// readRecords sets found[i] for each of keys that has a record.
-func (l *Ledger) readRecords(ctx context.Context, keys []string, found []bool) error {
+// readRecords calls found with the index in keys of each key that has a
+// record, and the record.
+func (l *Ledger) readRecords(ctx context.Context, keys []string, found func(i int, seq string, msg *nats.Msg)) error {
 	subjects, index := l.keySubjects(keys)
-	return l.multiLast(ctx, subjects, func(subj, _ string, _ *nats.Msg) error {
+	return l.multiLast(ctx, subjects, func(subj, seq string, msg *nats.Msg) error {
 		for _, i := range index[subj] {
-			found[i] = true
+			found(i, seq, msg)
 		}
 		return nil
 	})
@@ -228,9 +234,11 @@ type reads struct {
 // or Renew) creates the record and fails with ErrClaimLost if one appeared
 // meanwhile. A worker may run a job on a prepared claim only while its
 // pool's lease holds the job (see Leases); it saves the claim's write on the
-// happy path. Like Claim, it sets job.Resumed.
-func (l *Ledger) Prepare(job *Job, worker string) Claim {
+// happy path. lease is that lease's owner, which the record names. Like
+// Claim, it sets job.Resumed.
+func (l *Ledger) Prepare(job *Job, worker, lease string) Claim {
 	c := Claim{Key: Key(job.ID), Record: l.newClaimRecord(job, worker)}
+	c.Record.Lease = lease
 	job.Resumed = c.Record.Resumed
 	return c
 }

@@ -259,7 +259,7 @@ func TestLedgerPreparedClaimIsWrittenByItsFirstWrite(t *testing.T) {
 
 	// Done through a prepared claim creates the record, in one write.
 	job := &data.Job{ID: "p-1", Subject: "job.x", Seq: 7, Attempt: 1}
-	c := l.Prepare(job, "w1")
+	c := l.Prepare(job, "w1", "")
 	if c.Revision != 0 {
 		t.Fatalf("prepared claim: got revision %d, want 0 (not written)", c.Revision)
 	}
@@ -284,7 +284,7 @@ func TestLedgerPreparedClaimIsWrittenByItsFirstWrite(t *testing.T) {
 	// A prepared claim whose key got a record meanwhile is lost, and the
 	// record stays as it was.
 	other := &data.Job{ID: "p-2", Subject: "job.x", Seq: 8, Attempt: 1}
-	c = l.Prepare(other, "w1")
+	c = l.Prepare(other, "w1", "")
 	if _, err := l.Claim(ctx, other, "w2"); err != nil {
 		t.Fatal(err)
 	}

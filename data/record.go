@@ -20,6 +20,12 @@ type Record struct {
 	Attempts int `json:"attempts"`
 	// Worker names the worker holding or last holding the job.
 	Worker string `json:"worker,omitempty"`
+	// Lease names the pool lease (its owner) that the job ran on, on a
+	// record written through the prepared claim of that run (see Prepare):
+	// a record written after that lease's write says that the run is over,
+	// even while the stored lease still lists the job (see
+	// Snapshot.RecordedAfter).
+	Lease string `json:"lease,omitempty"`
 	// Resumed is set on a claim that took over from an attempt that never
 	// recorded an outcome.
 	Resumed bool `json:"resumed,omitempty"`
@@ -59,6 +65,10 @@ func (r Record) appendTo(b []byte) []byte {
 	if r.Worker != "" {
 		b = append(b, `,"worker":`...)
 		b = appendString(b, r.Worker)
+	}
+	if r.Lease != "" {
+		b = append(b, `,"lease":`...)
+		b = appendString(b, r.Lease)
 	}
 	if r.Resumed {
 		b = append(b, `,"resumed":true`...)

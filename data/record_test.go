@@ -16,6 +16,7 @@ func TestRecordEncodeMatchesEncodingJSON(t *testing.T) {
 		{name: "empty"},
 		{name: "claim", rec: Record{ID: "payroll-1", State: StateRunning, Subject: "job.payroll", Seq: 7, Attempts: 1, Worker: "host-1/0", LeaseUntil: now, FirstAt: now, StartedAt: now}},
 		{name: "done", rec: Record{ID: "a b/c", State: StateDone, Attempts: 2, Resumed: true, FinishedAt: now.Add(time.Second), Took: 1500 * time.Microsecond}},
+		{name: "done on a lease", rec: Record{ID: "l", State: StateDone, Attempts: 1, Worker: "host-1/0", Lease: "NUIDOWNER123", FinishedAt: now}},
 		{name: "escapes", rec: Record{ID: "ü \"q\" <x> & \\ \t", State: StateFailed, LastError: "exit status 65: line\nbreak"}},
 		{name: "local time", rec: Record{ID: "t", State: StateDone, FinishedAt: now.In(time.FixedZone("X", 3600))}},
 	}

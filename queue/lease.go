@@ -92,7 +92,7 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 			if err == nil {
 				for _, it := range batch {
 					it.mu.Lock() // the heartbeat loop may look at it already
-					it.claim, it.unclaimed = p.ledger.Prepare(it.job, p.cfg.WorkerName), true
+					it.claim, it.unclaimed = p.ledger.Prepare(it.job, p.cfg.WorkerName, p.lease.owner), true
 					it.mu.Unlock()
 				}
 				return batch, claimFirst, later
@@ -220,9 +220,11 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 			p.leasedElsewhere(it, mine.seq, now, false)
 		case held && !orphan:
 			p.leasedElsewhere(it, mine.seq, until, true)
-		case snap.Holds(key, now):
+		case snap.Holds(key, now) && !(snap.Found[i] && snap.RecordedAfter(i, ls)):
 			// Another pool's run cannot be told finishing: a re-drive
-			// waits for the lease to end.
+			// waits for the lease to end. Once that run recorded its
+			// outcome, as a retry does before it is released, the record
+			// decides, though the lease still lists it.
 			p.leasedElsewhere(it, job.Seq, ls.Until, !redriven(it.job))
 		case snap.Found[i]:
 			claimFirst = append(claimFirst, it)

@@ -474,7 +474,7 @@ func TestLeaseCollectDeletesEndedLeases(t *testing.T) {
 	p := leasingPool(t, obj)
 	ctx := context.Background()
 	recorded := stubJob("recorded", 1)
-	c := p.ledger.Prepare(recorded.job, "w")
+	c := p.ledger.Prepare(recorded.job, "w", p.lease.owner)
 	if err := p.ledger.Done(ctx, &c, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -540,5 +540,56 @@ func TestLeaseRedriveOfAFinishingRunIsNotDropped(t *testing.T) {
 	a.lease.finishing("R")
 	if m := redrive(3); m.acked.Load() != 0 || m.naked.Load() != 1 {
 		t.Errorf("re-drive once R's handler returned: acked %d, naked %d; want it released", m.acked.Load(), m.naked.Load())
+	}
+}
+
+// A retry of a job that failed on another pool's lease is claimed, not
+// held back by that lease, which lists the job until its next write: the
+// run's retry record, written through its prepared claim after the lease's
+// write, says that the run is over. Held back, the retry would be released
+// until the lease ends and lose one of its deliveries.
+func TestLeaseRetryOnAnotherPoolIsNotHeldByAStaleLease(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
+	ctx := context.Background()
+	it, _ := recJob("J", 1)
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
+		t.Fatal("J not leased")
+	}
+	// As runOne and fail do for a failure that is retried.
+	it.ran = true
+	if err := a.ledger.Retry(ctx, &it.claim, time.Millisecond, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	a.leaveLease(it)
+
+	retry, m := recJob("J", 1)
+	retry.job.Attempt = 2
+	took, first, later := b.admitBatch(ctx, checkOf(t, b, []*inflight{retry}))
+	if len(first) != 1 {
+		t.Errorf("B, J's retry: leased %d, claimed first %d, later %d, released %d; want it claimed first, not released until A's lease ends", len(took), len(first), len(later), m.naked.Load())
+	}
+}
+
+// A record that a job's run on another pool's lease did not write, here
+// one that a dead letter's re-drive wrote while the run goes on, leaves the
+// lease holding the job.
+func TestLeaseHoldsAJobWhoseRecordItsRunDidNotWrite(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
+	ctx := context.Background()
+	it, _ := recJob("J", 1)
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
+		t.Fatal("J not leased")
+	}
+	if err := a.ledger.FailUnclaimed(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1}, "an old failure"); err != nil {
+		t.Fatal(err)
+	}
+	copyOf, m := recJob("J", 2)
+	took, first, later := b.admitBatch(ctx, checkOf(t, b, []*inflight{copyOf}))
+	if len(took)+len(first)+len(later) != 0 || m.acked.Load()+m.naked.Load() != 1 {
+		t.Errorf("B, a copy of J while A runs it: leased %d, claimed first %d, later %d; want it handed back while A's lease holds J", len(took), len(first), len(later))
 	}
 }
