@@ -1155,7 +1155,7 @@ func nextCommand() *cli.Command {
 		Name:  "next",
 		Usage: "take one job from WORKER, print it and record it done (--no-ack: print and release it)",
 		Flags: append(clientFlags(),
-			&cli.BoolFlag{Name: "no-ack", Usage: "release the job instead of completing it"},
+			&cli.BoolFlag{Name: "no-ack", Usage: "only show the next job waiting for its first delivery, without delivering it"},
 			&cli.DurationFlag{Name: "wait", Value: 5 * time.Second, Usage: "how long to wait for a job"},
 		),
 		Action: next,

@@ -495,6 +495,7 @@ type recordOut struct {
 	Seq        uint64    `json:"seq"`
 	Attempts   int       `json:"attempts"`
 	Worker     string    `json:"worker"`
+	Lease      string    `json:"lease"`
 	Resumed    bool      `json:"resumed"`
 	LeaseUntil time.Time `json:"lease_until"`
 	FirstAt    time.Time `json:"first_at"`
@@ -825,14 +826,13 @@ func TestCLINext(t *testing.T) {
 		t.Errorf("after next --no-ack: got %+v, want 2 messages, 0 records", got)
 	}
 
-	// The next next gets the same job again and records it done. The peek
-	// was a delivery that left no record, which is what a crash before a
-	// job's first write leaves too, so this attempt counts as resumed.
+	// The next next gets the same job and records it done. The peek
+	// delivered nothing, so this is the job's first attempt, not resumed.
 	out := s.jobqJSON(t, new(jobOut), "next", "--wait", "20s")
 	golden(t, "next.json", out)
 	rec := s.waitState(t, "n-1", "done")
-	if rec.Attempts != 2 || !rec.Resumed || rec.Worker == "" || rec.Seq != 1 || rec.FinishedAt.IsZero() || rec.LastError != "" {
-		t.Errorf("job n-1: got %+v, want done, 2 attempts, resumed, a worker, seq 1, finished, no error", rec)
+	if rec.Attempts != 1 || rec.Resumed || rec.Worker == "" || rec.Lease == "" || rec.Seq != 1 || rec.FinishedAt.IsZero() || rec.LastError != "" {
+		t.Errorf("job n-1: got %+v, want done, 1 attempt, not resumed, a worker and a lease, seq 1, finished, no error", rec)
 	}
 	st := s.status(t)
 	if got, want := st.counts(), (counts{Messages: 1, Pending: 1, Records: 1}); got != want || st.Consumer.AckPending != 0 {

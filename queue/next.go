@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,22 +44,41 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 	return true, nil
 }
 
-// Peek fetches one job, shows it to f and releases it for redelivery without
-// touching the ledger. It reports whether there was a job.
+// Peek shows f the next job that WORKER would deliver for the first time,
+// waiting up to wait for one, and reports whether there was one. It reads
+// the job from JOB without delivering it: no delivery is counted against
+// the job's MaxDeliver, and its first run is not taken for a resumed one.
+// Jobs delivered already, running or waiting for a retry, are not shown.
 func Peek(ctx context.Context, obj *Objects, wait time.Duration, f func(*data.Job) error) (bool, error) {
-	msg, err := fetchOne(ctx, obj, wait)
-	if err != nil || msg == nil {
-		return false, err
+	deadline := time.Now().Add(wait)
+	for {
+		info, err := obj.Worker.Info(ctx)
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", ConsumerWorker, err)
+		}
+		raw, err := obj.Jobs.GetMsg(ctx, info.Delivered.Stream+1, jetstream.WithGetMsgSubject(SubjectJobs))
+		switch {
+		case err == nil:
+			return true, f(&data.Job{
+				ID:         jobID(raw.Header, raw.Sequence),
+				Subject:    raw.Subject,
+				Seq:        raw.Sequence,
+				Attempt:    1, // its first delivery is still to come
+				Payload:    raw.Data,
+				Header:     raw.Header,
+				EnqueuedAt: raw.Time,
+			})
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return false, fmt.Errorf("read %s: %w", StreamJob, err)
+		case !time.Now().Before(deadline):
+			return false, nil
+		}
+		select {
+		case <-time.After(min(100*time.Millisecond, time.Until(deadline))):
+		case <-ctx.Done():
+			return false, fmt.Errorf("read %s: %w", StreamJob, ctx.Err())
+		}
 	}
-	job, err := decodeJob(msg)
-	if err != nil {
-		return true, err
-	}
-	ferr := f(job)
-	if err := msg.Nak(); err != nil {
-		return true, fmt.Errorf("release job %s: %w", job.ID, err)
-	}
-	return true, ferr
 }
 
 // fetchOne pulls one job, waiting up to wait: nil if none came. It makes

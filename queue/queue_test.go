@@ -852,16 +852,20 @@ func TestCorruptRecordDoesNotLoseJob(t *testing.T) {
 
 func TestNextAndPeek(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{})
+	b := setup(t, queue.Config{MaxDeliver: 2})
 	b.enqueue(t, "job.n", "n-1", "payload")
 	var got *data.Job
-	found, err := queue.Peek(context.Background(), b.obj, 5*time.Second, func(j *data.Job) error { got = j; return nil })
-	if err != nil || !found || got.ID != "n-1" {
-		t.Fatalf("peek: got %v %v %+v, want n-1", found, err, got)
+	// A peek delivers nothing: as many as MaxDeliver of them leave the
+	// job's first run its first attempt, not a resumed one.
+	for range 3 {
+		found, err := queue.Peek(context.Background(), b.obj, 5*time.Second, func(j *data.Job) error { got = j; return nil })
+		if err != nil || !found || got.ID != "n-1" || string(got.Payload) != "payload" || got.Attempt != 1 {
+			t.Fatalf("peek: got %v %v %+v, want n-1 attempt 1", found, err, got)
+		}
 	}
-	found, err = queue.Next(context.Background(), b.obj, handlers.HandlerFunc(func(_ context.Context, j *data.Job) error { got = j; return nil }), 5*time.Second, servertest.Logger(t))
-	if err != nil || !found || got.ID != "n-1" || got.Attempt != 2 {
-		t.Fatalf("next: got %v %v %+v, want n-1 attempt 2", found, err, got)
+	found, err := queue.Next(context.Background(), b.obj, handlers.HandlerFunc(func(_ context.Context, j *data.Job) error { got = j; return nil }), 5*time.Second, servertest.Logger(t))
+	if err != nil || !found || got.ID != "n-1" || got.Attempt != 1 || got.Resumed {
+		t.Fatalf("next after peeks: got %v %v %+v, want n-1 attempt 1, not resumed", found, err, got)
 	}
 	if rec := b.record(t, "n-1"); rec.State != data.StateDone {
 		t.Errorf("got state %s, want done", rec.State)
@@ -869,6 +873,10 @@ func TestNextAndPeek(t *testing.T) {
 	found, err = queue.Next(context.Background(), b.obj, handlers.HandlerFunc(ok), 300*time.Millisecond, servertest.Logger(t))
 	if err != nil || found {
 		t.Errorf("next on an empty queue: got %v %v, want false nil", found, err)
+	}
+	found, err = queue.Peek(context.Background(), b.obj, 300*time.Millisecond, func(j *data.Job) error { got = j; return nil })
+	if err != nil || found {
+		t.Errorf("peek on an empty queue: got %v %v, want false nil", found, err)
 	}
 
 	// A job with a status message's headers and no payload is a job here too.
