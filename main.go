@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -830,6 +831,12 @@ func clientFlags() []cli.Flag {
 
 // connect dials url with the command's credentials.
 func connect(c *cli.Context, url string) (*nats.Conn, error) {
+	if d := c.Duration("timeout"); d <= 0 {
+		return nil, badUsage("--timeout %s: want a positive duration", d)
+	}
+	if err := validServerURLs(url); err != nil {
+		return nil, usageError{err}
+	}
 	opts := []nats.Option{nats.Name("jobq " + c.Command.Name), nats.Timeout(c.Duration("timeout"))}
 	if t := c.String("token"); t != "" {
 		opts = append(opts, nats.Token(t))
@@ -845,16 +852,41 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 		opts = append(opts, o)
 	}
 	if f := c.String("tls-ca"); f != "" {
+		if _, err := os.Stat(f); err != nil {
+			return nil, badUsage("--tls-ca: %v", err)
+		}
 		opts = append(opts, nats.RootCAs(f))
 	}
-	if c.Duration("timeout") == 0 {
-		opts[1] = nats.Timeout(5 * time.Second)
-	}
 	nc, err := nats.Connect(url, opts...)
-	if err != nil {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization):
+		return nil, fmt.Errorf("the jobq server at %s refused the credentials: %w; pass those jobq serve was started with (--token, --user and --password, or --nkey-seed)", redactURL(url), err)
+	case err != nil:
 		return nil, fmt.Errorf("cannot reach a jobq server at %s: %w; start one with `jobq serve` or pass --server", redactURL(url), err)
 	}
 	return nc, nil
+}
+
+// validServerURLs checks a --server value: NATS URLs, comma-separated, as
+// nats://host:port (tls://, ws:// and wss:// too).
+func validServerURLs(urls string) error {
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		full := u
+		if !strings.Contains(u, "://") {
+			full = "nats://" + u // as nats.go reads a bare host:port
+		}
+		p, err := neturl.Parse(full)
+		if err != nil || p.Host == "" {
+			return fmt.Errorf("--server %q: want a NATS URL such as nats://127.0.0.1:4222", redactURL(u))
+		}
+		switch p.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("--server %q: unknown scheme %q; want nats://, tls://, ws:// or wss://", redactURL(u), p.Scheme)
+		}
+	}
+	return nil
 }
 
 // redactURL hides credentials in a URL for messages and logs.

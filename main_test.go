@@ -1280,6 +1280,30 @@ func TestCLINoServer(t *testing.T) {
 	}
 }
 
+// A server that refuses the client's credentials is said to, rather than
+// to be unreachable; bad client settings are bad usage.
+func TestCLIClientSettings(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{args: []string{"--token", "s3cret"}})
+	wantOneLineError(t, jobq(t, "status", "--server", s.url), 1, "refused the credentials", "--token")
+	wantOneLineError(t, jobq(t, "status", "--server", s.url, "--token", "guess"), 1, "refused the credentials")
+	if r := jobq(t, "status", "--server", s.url, "--token", "s3cret"); r.code != 0 {
+		t.Errorf("status with the token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	nowhere := "nats://" + freeAddr(t)
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--server", "bogus://x"}, []string{`--server "bogus://x"`, "nats://"}},
+		{[]string{"--server", "not a url"}, []string{`--server "not a url"`, "NATS URL"}},
+		{[]string{"--server", nowhere, "--timeout", "0"}, []string{"--timeout 0s"}},
+		{[]string{"--server", nowhere, "--tls-ca", filepath.Join(t.TempDir(), "none.pem")}, []string{"--tls-ca", "none.pem"}},
+	} {
+		wantOneLineError(t, jobq(t, append([]string{"status"}, tt.args...)...), 2, tt.want...)
+	}
+}
+
 func TestCLIServeStoreDirInUse(t *testing.T) {
 	t.Parallel()
 	s := startServe(t, serveOpts{})
