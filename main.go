@@ -831,13 +831,17 @@ func clientFlags() []cli.Flag {
 
 // connect dials url with the command's credentials.
 func connect(c *cli.Context, url string) (*nats.Conn, error) {
-	if d := c.Duration("timeout"); d <= 0 {
-		return nil, badUsage("--timeout %s: want a positive duration", d)
+	timeout := c.Duration("timeout")
+	if timeout == 0 && !c.IsSet("timeout") {
+		timeout = 5 * time.Second // serve --server has no --timeout
+	}
+	if timeout <= 0 {
+		return nil, badUsage("--timeout %s: want a positive duration", timeout)
 	}
 	if err := validServerURLs(url); err != nil {
 		return nil, usageError{err}
 	}
-	opts := []nats.Option{nats.Name("jobq " + c.Command.Name), nats.Timeout(c.Duration("timeout"))}
+	opts := []nats.Option{nats.Name("jobq " + c.Command.Name), nats.Timeout(timeout)}
 	if t := c.String("token"); t != "" {
 		opts = append(opts, nats.Token(t))
 	}

@@ -1304,6 +1304,16 @@ func TestCLIClientSettings(t *testing.T) {
 	}
 }
 
+// jobq serve --server runs its workers against another server: here a
+// broker, a jobq serve without handlers.
+func TestCLIServeWithExternalServer(t *testing.T) {
+	t.Parallel()
+	broker := startServe(t, serveOpts{})
+	startServe(t, serveOpts{args: []string{"--server", broker.url, "--handler", "job.>=log"}})
+	broker.enqueue(t, "job.ext", "x", "ext-1")
+	broker.waitState(t, "ext-1", "done")
+}
+
 func TestCLIServeStoreDirInUse(t *testing.T) {
 	t.Parallel()
 	s := startServe(t, serveOpts{})
