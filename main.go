@@ -349,11 +349,39 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	walk = func(cmds []*cli.Command) {
 		for _, cmd := range cmds {
 			cmd.OnUsageError = onUsage
+			for _, f := range cmd.Flags {
+				withEnv(f)
+			}
 			walk(cmd.Subcommands)
 		}
 	}
 	walk(app.Commands)
 	return app
+}
+
+// withEnv gives f its JOBQ_<FLAG> variable unless it has one: every flag
+// reads one.
+func withEnv(f cli.Flag) {
+	var vars *[]string
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		vars = &f.EnvVars
+	case *cli.BoolFlag:
+		vars = &f.EnvVars
+	case *cli.IntFlag:
+		vars = &f.EnvVars
+	case *cli.Int64Flag:
+		vars = &f.EnvVars
+	case *cli.DurationFlag:
+		vars = &f.EnvVars
+	case *cli.StringSliceFlag:
+		vars = &f.EnvVars
+	default:
+		panic(fmt.Sprintf("withEnv: flag %v of type %T", f.Names(), f))
+	}
+	if len(*vars) == 0 {
+		*vars = env(f.Names()[0])
+	}
 }
 
 // env returns the environment variable of flag name: JOBQ_ and the name in
@@ -1202,6 +1230,9 @@ func next(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return badUsage("next takes no arguments")
 	}
+	if c.Duration("wait") < 0 {
+		return badUsage("--wait %s: want 0 or more", c.Duration("wait"))
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -1385,6 +1416,9 @@ func job(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return badUsage("job takes one job ID, e.g. jobq job payroll-42")
 	}
+	if c.Args().First() == "" {
+		return badUsage("job ID is empty: pass one, e.g. jobq job payroll-42")
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -1458,6 +1492,9 @@ func dlqCommand() *cli.Command {
 func dlqList(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return badUsage("dlq list takes no arguments")
+	}
+	if c.Int("limit") < 0 {
+		return badUsage("--limit %d: want 0 (all) or more", c.Int("limit"))
 	}
 	obj, closeFn, err := client(c)
 	if err != nil {
@@ -1615,6 +1652,9 @@ func benchCommand() *cli.Command {
 }
 
 func bench(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return badUsage("bench takes no arguments")
+	}
 	if c.Int("jobs") <= 0 || c.Int("workers") <= 0 || c.Int("runs") <= 0 || c.Int("payload") < 0 {
 		return badUsage("--jobs, --workers and --runs must be 1 or more, --payload 0 or more")
 	}
@@ -1785,6 +1825,9 @@ func versionCommand() *cli.Command {
 		Usage: "print the version of jobq and its parts",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return badUsage("version takes no arguments")
+			}
 			v := map[string]string{"version": version, "commit": commit, "go": runtime.Version(), "nats_server": depVersion("github.com/nats-io/nats-server/v2"), "nats_go": depVersion("github.com/nats-io/nats.go")}
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, v)

@@ -639,7 +639,7 @@ func (s *jobqServer) waitState(t *testing.T, id, state string) recordOut {
 // files hold a placeholder for them.
 var volatile = map[string]bool{
 	"first_at": true, "started_at": true, "finished_at": true, "failed_at": true,
-	"lease_until": true, "took_ns": true, "worker": true, "bytes": true,
+	"lease_until": true, "took_ns": true, "worker": true, "lease": true, "bytes": true,
 }
 
 // golden compares JSON output with testdata/NAME, volatile fields replaced
@@ -1193,6 +1193,11 @@ func TestCLIUsage(t *testing.T) {
 		{name: "dlq list with an argument", args: []string{"dlq", "list", "x", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "dlq purge with an argument", args: []string{"dlq", "purge", "dl-1", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "dlq retry without target", args: []string{"dlq", "retry", "--server", nowhere}, want: []string{"--all"}},
+		{name: "dlq list with a negative limit", args: []string{"dlq", "list", "--limit", "-1", "--server", nowhere}, want: []string{"--limit -1"}},
+		{name: "job with an empty ID", args: []string{"job", "", "--server", nowhere}, want: []string{"job ID is empty"}},
+		{name: "next with a negative wait", args: []string{"next", "--wait", "-1s", "--server", nowhere}, want: []string{"--wait -1s"}},
+		{name: "version with an argument", args: []string{"version", "extra"}, want: []string{"no arguments"}},
+		{name: "bench with an argument", args: []string{"bench", "extra"}, want: []string{"no arguments"}},
 		{name: "completion for no shell", args: []string{"completion", "tcsh"}, want: []string{"bash, zsh or fish"}},
 		{name: "malformed ack wait", args: []string{"serve", "--ack-wait", "5"}, want: []string{"ack-wait", `"5"`}},
 		{name: "ack wait under a second", args: []string{"serve", "--ack-wait", "10ms"}, want: []string{"ack wait 10ms", "1s or more"}},
@@ -1338,8 +1343,9 @@ func TestCLIEnvVars(t *testing.T) {
 	s := startServe(t, serveOpts{env: []string{
 		"JOBQ_MAX_DELIVER=5", "JOBQ_ACK_WAIT=7s", "JOBQ_DEDUPE_WINDOW=2m", "JOBQ_PROCESSED_TTL=24h",
 	}})
-	// The client takes its server from JOBQ_SERVER too.
-	r := runCmd(t, cmdInput{env: []string{"JOBQ_SERVER=" + s.url}}, jobqBin, "status", "--json")
+	// The client takes its server from JOBQ_SERVER too, and every other
+	// flag from its variable: --json from JOBQ_JSON.
+	r := runCmd(t, cmdInput{env: []string{"JOBQ_SERVER=" + s.url, "JOBQ_JSON=true"}}, jobqBin, "status")
 	if r.code != 0 {
 		t.Fatalf("status with JOBQ_SERVER: got %s", r)
 	}

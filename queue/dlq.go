@@ -110,7 +110,7 @@ var ErrNoDeadLetter = errors.New("no such dead letter")
 
 // FindDeadLetter returns the dead letter whose DLQ sequence or job ID is ref.
 func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, error) {
-	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil {
+	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil && seq > 0 { // 0 is no sequence, but may be an ID
 		m, err := obj.Dead.GetMsg(ctx, seq)
 		if err == nil {
 			return deadLetterFrom(m), nil
