@@ -119,7 +119,9 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 		job.Resumed = next.Resumed
 		return c, nil
 	}
-	return c, fmt.Errorf("claim job %s: record keeps changing: %w", job.ID, ErrClaimed)
+	// Not ErrClaimed: no record was seen to hold the job, and a caller
+	// takes that for another run of it (and may drop this copy).
+	return c, fmt.Errorf("claim job %s: its record changed under each of 8 claims; try again", job.ID)
 }
 
 // newClaimRecord is the record of a first claim on job. A job delivered

@@ -308,3 +308,32 @@ func TestLedgerPreparedClaimIsWrittenByItsFirstWrite(t *testing.T) {
 		t.Errorf("claim of attempt 2 without record: got %+v, %v; want resumed, 2 attempts", c2.Record, err)
 	}
 }
+
+// churningKV loses every compare-and-set of a record, as under writers
+// that never stop.
+type churningKV struct{ jetstream.KeyValue }
+
+func (churningKV) Update(context.Context, string, []byte, uint64) (uint64, error) {
+	return 0, jetstream.ErrKeyRevisionMismatch
+}
+
+// A claim that keeps losing its compare-and-set gives up with an error that
+// does not say that another run holds the job: no record was seen to, and
+// a pool would take such an error for another run and drop the copy.
+func TestLedgerClaimThatKeepsLosingIsNotClaimed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	kv := newKV(t)
+	job := &data.Job{ID: "churn", Subject: "job.x", Seq: 1, Attempt: 1}
+	c, err := data.NewLedger(kv, time.Minute, nil).Claim(ctx, job, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := data.NewLedger(kv, time.Minute, nil).Retry(ctx, &c, time.Millisecond, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = data.NewLedger(churningKV{kv}, time.Minute, nil).Claim(ctx, job, "w2")
+	if err == nil || errors.Is(err, data.ErrClaimed) || errors.Is(err, data.ErrAlreadyDone) {
+		t.Errorf("claim that lost every compare-and-set: got %v, want an error that is neither ErrClaimed nor ErrAlreadyDone", err)
+	}
+}
