@@ -294,6 +294,26 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// flagError words a flag parsing error with flags as they are typed:
+// "unknown flag --bogus" rather than "flag provided but not defined: -bogus".
+func flagError(err error) string {
+	dashes := func(name string) string {
+		if len(name) > 1 {
+			return "--" + name
+		}
+		return "-" + name
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return "unknown flag " + dashes(name)
+	}
+	if before, after, ok := strings.Cut(msg, " for flag -"); ok {
+		name, rest, _ := strings.Cut(after, ":")
+		return before + " for " + dashes(name) + ":" + rest
+	}
+	return msg
+}
+
 // commandPath is how the user typed c's command: "jobq dlq list".
 func commandPath(c *cli.Context) string {
 	var names []string
@@ -310,7 +330,7 @@ func commandPath(c *cli.Context) string {
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	onUsage := func(c *cli.Context, err error, _ bool) error {
-		return usageError{fmt.Errorf("%w; see %s --help", err, commandPath(c))}
+		return usageError{fmt.Errorf("%s; see %s --help", flagError(err), commandPath(c))}
 	}
 	app := &cli.App{
 		Name:                 "jobq",

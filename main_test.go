@@ -1175,7 +1175,8 @@ func TestCLIUsage(t *testing.T) {
 	}{
 		{name: "unknown command", args: []string{"bogus"}, want: []string{`unknown command "bogus"`, "jobq --help"}},
 		{name: "unknown dlq command", args: []string{"dlq", "bogus"}, want: []string{`"dlq bogus"`, "list"}},
-		{name: "unknown flag", args: []string{"status", "--bogus", "--server", nowhere}, want: []string{"-bogus"}},
+		{name: "unknown flag", args: []string{"status", "--bogus", "--server", nowhere}, want: []string{"unknown flag --bogus", "see jobq status --help"}},
+		{name: "malformed flag value", args: []string{"dlq", "list", "--limit", "abc", "--server", nowhere}, want: []string{`invalid value "abc" for --limit`}},
 		{name: "unknown flag after the arguments", args: []string{"enqueue", "job.x", "--bogus", "--server", nowhere}, want: []string{"-bogus"}},
 		{name: "enqueue without subject", args: []string{"enqueue", "--server", nowhere}, want: []string{"SUBJECT"}},
 		{name: "enqueue with three arguments", args: []string{"enqueue", "job.x", "a", "b", "--server", nowhere}, want: []string{"SUBJECT [PAYLOAD]"}},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -232,6 +233,9 @@ func waitReady(ctx context.Context, ns *natsserver.Server, log *logAdapter, limi
 			return nil
 		}
 		if msg := log.lastFatal(); msg != "" {
+			if strings.Contains(msg, "address already in use") {
+				return fmt.Errorf("start nats server: %s; another process listens there (a jobq or NATS server?): stop it or pass another --listen", msg)
+			}
 			return fmt.Errorf("start nats server: %s", msg)
 		}
 		if err := ctx.Err(); err != nil {

@@ -130,6 +130,9 @@ func TestListenTakenFailsFast(t *testing.T) {
 	if err == nil {
 		t.Fatal("got no error on a taken port")
 	}
+	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "another --listen") {
+		t.Errorf("got %v, want it to say the address is in use and what to do", err)
+	}
 	if time.Since(start) > 20*time.Second {
 		t.Errorf("took %s to fail, want the listen error reported, not the ready timeout", time.Since(start))
 	}
