@@ -86,6 +86,11 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	log := *p.jobLog(it.job)
 	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	if err != nil {
+		// No heartbeat may follow the ack or release below: an InProgress
+		// after a Nak would hold the job until the ack wait runs out.
+		p.beats.remove(it)
+	}
 	switch {
 	case errors.Is(err, data.ErrAlreadyDone):
 		log.Debug().Msg("job already done: acked without running")
