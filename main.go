@@ -924,6 +924,9 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 func validServerURLs(urls string) error {
 	for _, u := range strings.Split(urls, ",") {
 		u = strings.TrimSpace(u)
+		if u == "" {
+			continue // nats.go skips an empty entry, as a trailing comma leaves
+		}
 		full := u
 		if !strings.Contains(u, "://") {
 			full = "nats://" + u // as nats.go reads a bare host:port

@@ -1176,7 +1176,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "unknown command", args: []string{"bogus"}, want: []string{`unknown command "bogus"`, "jobq --help"}},
 		{name: "unknown dlq command", args: []string{"dlq", "bogus"}, want: []string{`"dlq bogus"`, "list"}},
 		{name: "unknown flag", args: []string{"status", "--bogus", "--server", nowhere}, want: []string{"unknown flag --bogus", "see jobq status --help"}},
-		{name: "malformed flag value", args: []string{"dlq", "list", "--limit", "abc", "--server", nowhere}, want: []string{`invalid value "abc" for --limit`}},
+		{name: "malformed value of a subcommand's flag", args: []string{"dlq", "list", "--limit", "abc", "--server", nowhere}, want: []string{`invalid value "abc" for --limit`, "see jobq dlq list --help"}},
 		{name: "unknown flag after the arguments", args: []string{"enqueue", "job.x", "--bogus", "--server", nowhere}, want: []string{"-bogus"}},
 		{name: "enqueue without subject", args: []string{"enqueue", "--server", nowhere}, want: []string{"SUBJECT"}},
 		{name: "enqueue with three arguments", args: []string{"enqueue", "job.x", "a", "b", "--server", nowhere}, want: []string{"SUBJECT [PAYLOAD]"}},
@@ -1187,7 +1187,6 @@ func TestCLIUsage(t *testing.T) {
 		{name: "header without value", args: []string{"enqueue", "job.x", "a", "-H", "novalue", "--server", nowhere}, want: []string{"novalue", "key=value"}},
 		{name: "job id as a header", args: []string{"enqueue", "job.x", "a", "-H", "Nats-Msg-Id=zz", "--server", nowhere}, want: []string{"Nats-Msg-Id", "--id"}},
 		{name: "max payload under 1", args: []string{"enqueue", "job.x", "a", "--max-payload", "-1", "--server", nowhere}, want: []string{"--max-payload -1", "1 or more"}},
-		{name: "unknown flag of a subcommand", args: []string{"dlq", "list", "--limit", "abc", "--server", nowhere}, want: []string{"see jobq dlq list --help"}},
 		{name: "unknown flag before the command", args: []string{"--bogus"}, want: []string{"see jobq --help"}},
 		{name: "next with an argument", args: []string{"next", "x", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "status with an argument", args: []string{"status", "x", "--server", nowhere}, want: []string{"no arguments"}},
@@ -1295,6 +1294,10 @@ func TestCLIClientSettings(t *testing.T) {
 	wantOneLineError(t, jobq(t, "status", "--server", s.url, "--token", "guess"), 1, "refused the credentials")
 	if r := jobq(t, "status", "--server", s.url, "--token", "s3cret"); r.code != 0 {
 		t.Errorf("status with the token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A list with an empty entry, as a script leaves, is as nats.go takes it.
+	if r := jobq(t, "status", "--server", s.url+",", "--token", "s3cret"); r.code != 0 {
+		t.Errorf("status with a trailing comma in --server: exit %d, stderr %q", r.code, r.stderr)
 	}
 	nowhere := "nats://" + freeAddr(t)
 	for _, tt := range []struct {

@@ -30,7 +30,7 @@ import (
 //     first.
 //  3. A job that a live lease holds is not run by anyone else, unless a
 //     record written through its run's prepared claim, after that lease's
-//     write, says that the run is over (Snapshot.RecordedAfter). One listed
+//     write, says that that run is over (Snapshot.Holder). One listed
 //     in a lease that ended, or as an orphan (see LeasedJob), may have run:
 //     it goes into the next pool's lease as a resumed attempt, by rule 2.
 //     A job without a record is never claimed with a create outside a
@@ -75,7 +75,7 @@ type Snapshot struct {
 	// for WriteLease to expect; 0 if there is none.
 	LeaseSeq uint64
 	leased   map[string][]leaseRef
-	records  map[int]foundRecord // by job index, for RecordedAfter
+	records  map[int]foundRecord // by job index, for Holder
 }
 
 // foundRecord is a job's record as Check read it, decoded only if asked.
@@ -88,7 +88,7 @@ func (s *Snapshot) addRecord(i int, seq string, msg *nats.Msg) {
 	s.Found[i] = true
 	n, err := strconv.ParseUint(seq, 10, 64)
 	if err != nil {
-		return // RecordedAfter then says no, which holds the job back
+		return // Holder then takes no lease for done, which holds the job back
 	}
 	if s.records == nil {
 		s.records = map[int]foundRecord{}
@@ -96,12 +96,33 @@ func (s *Snapshot) addRecord(i int, seq string, msg *nats.Msg) {
 	s.records[i] = foundRecord{seq: n, data: msg.Data}
 }
 
-// RecordedAfter reports whether job i's record was written through the
+// Holder returns the live lease that holds job i (key) running, if any,
+// preferring the one ending last; a lease whose own run of the job
+// recorded its outcome after the lease's write holds it no more (see
+// recordedAfter). Every lease that lists the job is looked at: another
+// live one may run it while a lease that ended, rewritten since, still
+// lists it.
+func (s *Snapshot) Holder(i int, key string, now time.Time) (*Lease, LeasedJob, bool) {
+	var found *Lease
+	var job LeasedJob
+	for _, ref := range s.leased[key] {
+		ls := &s.Leases[ref.lease]
+		if ref.job.Orphan || !now.Before(ls.Until) || s.recordedAfter(i, ls) {
+			continue
+		}
+		if found == nil || ls.Until.After(found.Until) {
+			found, job = ls, ref.job
+		}
+	}
+	return found, job, found != nil
+}
+
+// recordedAfter reports whether job i's record was written through the
 // prepared claim of its run on ls, after ls's write: that run is over (its
-// outcome is recorded), and the record decides (rule 1), even though ls,
+// outcome is recorded), and for ls the record decides (rule 1), though ls,
 // not yet rewritten, still lists the job. Any other record, such as one a
 // dead letter's re-drive wrote (see KeepRecord), leaves ls holding the job.
-func (s *Snapshot) RecordedAfter(i int, ls *Lease) bool {
+func (s *Snapshot) recordedAfter(i int, ls *Lease) bool {
 	r, ok := s.records[i]
 	if !ok || r.seq <= ls.Revision {
 		return false

@@ -24,7 +24,7 @@ type Record struct {
 	// record written through the prepared claim of that run (see Prepare):
 	// a record written after that lease's write says that the run is over,
 	// even while the stored lease still lists the job (see
-	// Snapshot.RecordedAfter).
+	// Snapshot.Holder).
 	Lease string `json:"lease,omitempty"`
 	// Resumed is set on a claim that took over from an attempt that never
 	// recorded an outcome.

@@ -68,9 +68,14 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 		if p.leasing {
 			p.lease.renew(context.WithoutCancel(ctx), p)
 		}
+		// The claims are renewed side by side, each bounded by when it is
+		// given up: a hanging renewal holds up no other, nor the next
+		// tick's lease renewal, by more than that.
+		var renewing sync.WaitGroup
 		for _, it := range due {
-			p.renew(ctx, it)
+			renewing.Go(func() { p.renew(ctx, it) })
 		}
+		renewing.Wait()
 		if !p.cfg.NoLedger {
 			h.loseLapsedClaims(time.Now(), every/2)
 		}
@@ -126,20 +131,28 @@ func (p *Pool) keepAlive(it *inflight) {
 }
 
 // renew extends it's claim. A job on the pool's lease has none of its own.
+// A renewal that fails, or takes too long, when the claim is to be given
+// up (see loseLapsedClaims) gives it up at once.
 func (p *Pool) renew(ctx context.Context, it *inflight) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if it.closed || p.cfg.NoLedger || it.claim.Revision == 0 {
 		return // no claim to renew (yet)
 	}
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	giveUp := it.claim.Record.LeaseUntil.Add(-p.cfg.heartbeat() / 2)
+	deadline := time.Now().Add(opTimeout)
+	if giveUp.Before(deadline) {
+		deadline = giveUp
+	}
+	opCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	err := p.ledger.Renew(opCtx, &it.claim)
-	if errors.Is(err, data.ErrClaimLost) {
+	switch {
+	case errors.Is(err, data.ErrClaimLost):
 		it.lose(err)
-		return
-	}
-	if err != nil {
+	case err != nil && !time.Now().Before(giveUp):
+		it.lose(fmt.Errorf("%w: the job's claim could not be renewed before its end (%s): %w", data.ErrClaimLost, it.claim.Record.LeaseUntil.Format(time.RFC3339), err))
+	case err != nil:
 		p.jobLog(it.job).Warn().Err(err).Msg("renew claim")
 	}
 }

@@ -212,7 +212,8 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 		}
 		mine, held, until := p.lease.find(key)
 		orphan := held && mine.orphan
-		ls, job, listed := snap.Leased(key)
+		_, _, listed := snap.Leased(key)
+		holder, holding, heldElsewhere := snap.Holder(i, key, now)
 		switch {
 		case held && !orphan && mine.finishing && redriven(it.job):
 			// Maybe the re-drive of this very run's dead letter, whose
@@ -220,12 +221,12 @@ func (p *Pool) sortBatch(snap *data.Snapshot, gen uint64, batch []*inflight) (ta
 			p.leasedElsewhere(it, mine.seq, now, false)
 		case held && !orphan:
 			p.leasedElsewhere(it, mine.seq, until, true)
-		case snap.Holds(key, now) && !(snap.Found[i] && snap.RecordedAfter(i, ls)):
+		case heldElsewhere:
 			// Another pool's run cannot be told finishing: a re-drive
 			// waits for the lease to end. Once that run recorded its
 			// outcome, as a retry does before it is released, the record
-			// decides, though the lease still lists it.
-			p.leasedElsewhere(it, job.Seq, ls.Until, !redriven(it.job))
+			// decides, though the lease still lists it (see Holder).
+			p.leasedElsewhere(it, holding.Seq, holder.Until, !redriven(it.job))
 		case snap.Found[i]:
 			claimFirst = append(claimFirst, it)
 		case !held && p.lease.droppedSince(key, gen):

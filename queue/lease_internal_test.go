@@ -593,3 +593,47 @@ func TestLeaseHoldsAJobWhoseRecordItsRunDidNotWrite(t *testing.T) {
 		t.Errorf("B, a copy of J while A runs it: leased %d, claimed first %d, later %d; want it handed back while A's lease holds J", len(took), len(first), len(later))
 	}
 }
+
+// A record that a job's run on one lease wrote after that lease's write
+// frees the job of that lease only, not of another live lease that runs
+// it. Pool A's lease lapses (A paused) while A runs J; pool B leases J's
+// redelivery and runs it, with no record yet; A comes back, leases a new
+// batch (J still in its lease) and records its cut-off run of J. A copy of
+// J reaching pool C must wait for B's lease, though A's ends last.
+func TestLeaseRecordOfOneLeaseDoesNotFreeAJobAnotherLeaseRuns(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second})
+	a, b, c := leasingPool(t, obj), leasingPool(t, obj), leasingPool(t, obj)
+	ctx := context.Background()
+
+	itA, _ := recJob("J", 1)
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{itA})); len(leased) != 1 {
+		t.Fatal("A did not lease J")
+	}
+	itA.ran = true // A's handler runs; A is paused past its lease's end
+	a.lease.mu.Lock()
+	until := a.lease.until
+	a.lease.mu.Unlock()
+	time.Sleep(time.Until(until) + 50*time.Millisecond)
+
+	itB, _ := recJob("J", 1) // J redelivered, to B
+	if leased, _, _ := b.admitBatch(ctx, checkOf(t, b, []*inflight{itB})); len(leased) != 1 {
+		t.Fatal("B did not lease J once A's lease ended")
+	}
+	itB.ran = true
+
+	itK, _ := recJob("K", 2) // A is back, and leases a new batch
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{itK})); len(leased) != 1 {
+		t.Fatal("A did not lease K")
+	}
+	if err := a.ledger.Retry(ctx, &itA.claim, time.Millisecond, data.CauseCutOff); err != nil { // as leaseLost does
+		t.Fatal(err)
+	}
+
+	copyOf, m := recJob("J", 3)
+	copyOf.job.Header = nats.Header{HeaderJobID: {"J"}} // a re-drive
+	took, first, later := c.admitBatch(ctx, checkOf(t, c, []*inflight{copyOf}))
+	if len(took)+len(first)+len(later) != 0 || m.naked.Load() != 1 {
+		t.Errorf("C, a copy of J while B's live lease runs it: leased %d, claimed first %d, later %d, released %d; want it released until B's lease ends", len(took), len(first), len(later), m.naked.Load())
+	}
+}

@@ -129,18 +129,18 @@ type inflight struct {
 	lastBeat time.Time
 	closed   bool                    // no more heartbeats
 	lost     bool                    // the claim was taken over
-	lostBy   error                   // why, wrapping data.ErrClaimLost
 	cancel   context.CancelCauseFunc // cancels the running handler
 }
 
 // lose marks it's claim, or its place in the pool's lease, lost for cause,
 // which wraps data.ErrClaimLost: no more heartbeats, and its handler is
-// cancelled, now if it runs, or as it starts (see run). it.mu is held.
+// cancelled if it started; if not, it does not start (see runOne). it.mu
+// is held.
 func (it *inflight) lose(cause error) {
 	if it.closed {
 		return
 	}
-	it.closed, it.lost, it.lostBy = true, true, cause
+	it.closed, it.lost = true, true
 	if it.cancel != nil {
 		it.cancel(cause)
 	}
@@ -424,24 +424,31 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 		p.releaseUnstarted(it)
 		return false
 	}
+	if it.hctx.ctx == nil { // jobq next: no worker loop
+		var cancel context.CancelCauseFunc
+		it.hctx.ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		it.hctx.cancel = cancel
+	}
+	// The job starts, or was lost before: both in one critical section
+	// with the heartbeat loop, so that a loss either finds the handler's
+	// cancel or keeps the handler from starting (see inflight.lose).
+	start := time.Now()
 	it.mu.Lock()
-	lost := it.lost
-	it.mu.Unlock()
-	if lost {
+	if it.lost {
+		it.mu.Unlock()
 		p.beats.remove(it)
 		p.jobLog(it.job).Warn().Msg("claim lost before the job started: left to the new holder")
 		return false
 	}
-	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
-	start := time.Now()
-	it.mu.Lock()
-	it.ran = true
+	it.ran, it.cancel = true, it.hctx.cancel
 	if it.unclaimed && it.claim.Revision == 0 {
 		// Prepared when it was leased: it starts now.
 		it.claim.Record.StartedAt = start.UTC()
 		it.claim.Record.FirstAt = it.claim.Record.StartedAt
 	}
 	it.mu.Unlock()
+	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
 	p.handling.Add(1)
 	herr := p.run(ctx, it)
 	if it.unclaimed {
@@ -620,21 +627,6 @@ func (p *Pool) recordFailed(msg jetstream.Msg, job *data.Job, err error, log zer
 // loop cancels it if the claim is lost.
 func (p *Pool) run(ctx context.Context, it *inflight) error {
 	hctx := it.hctx.ctx
-	if hctx == nil { // jobq next: no worker loop
-		var cancel context.CancelCauseFunc
-		hctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		it.hctx.cancel = cancel
-	}
-	it.mu.Lock()
-	it.cancel = it.hctx.cancel
-	lostBy := it.lostBy
-	it.mu.Unlock()
-	if lostBy != nil {
-		// Lost after runOne looked and before the handler could be
-		// cancelled: it does not start.
-		return lostBy
-	}
 	base := hctx
 	if p.cfg.JobTimeout > 0 {
 		var c context.CancelFunc
