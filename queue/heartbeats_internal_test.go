@@ -139,9 +139,7 @@ func TestLeaseLostBeforeTheHandlerStartsStopsIt(t *testing.T) {
 	})
 	it, _ := recJob("K", 1)
 	p.beats.add(it)
-	if leased, _, _ := p.admitBatch(ctx, checkOf(t, p, []*inflight{it})); len(leased) != 1 {
-		t.Fatal("K not leased")
-	}
+	leaseOne(t, p, it)
 	hctx, hcancel := context.WithCancelCause(ctx)
 	defer hcancel(nil)
 	it.hctx = handlerCtx{ctx: hctx, cancel: hcancel}

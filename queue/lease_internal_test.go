@@ -133,6 +133,14 @@ func checkOf(t *testing.T, p *Pool, batch []*inflight) checked {
 	return checked{batch: batch, snap: snap, gen: gen}
 }
 
+// leaseOne puts it in p's lease, as admitBatch does for a fetched batch.
+func leaseOne(t *testing.T, p *Pool, it *inflight) {
+	t.Helper()
+	if leased, _, _ := p.admitBatch(context.Background(), checkOf(t, p, []*inflight{it})); len(leased) != 1 {
+		t.Fatalf("%s not leased", it.job.ID)
+	}
+}
+
 // stubMsg stands in for a delivered job: its acks and naks go nowhere.
 type stubMsg struct{ jetstream.Msg }
 
@@ -554,9 +562,7 @@ func TestLeaseRetryOnAnotherPoolIsNotHeldByAStaleLease(t *testing.T) {
 	a, b := leasingPool(t, obj), leasingPool(t, obj)
 	ctx := context.Background()
 	it, _ := recJob("J", 1)
-	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
-		t.Fatal("J not leased")
-	}
+	leaseOne(t, a, it)
 	// As runOne and fail do for a failure that is retried.
 	it.ran = true
 	if err := a.ledger.Retry(ctx, &it.claim, time.Millisecond, "boom"); err != nil {
@@ -581,9 +587,7 @@ func TestLeaseHoldsAJobWhoseRecordItsRunDidNotWrite(t *testing.T) {
 	a, b := leasingPool(t, obj), leasingPool(t, obj)
 	ctx := context.Background()
 	it, _ := recJob("J", 1)
-	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{it})); len(leased) != 1 {
-		t.Fatal("J not leased")
-	}
+	leaseOne(t, a, it)
 	if err := a.ledger.FailUnclaimed(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1}, "an old failure"); err != nil {
 		t.Fatal(err)
 	}
@@ -607,9 +611,7 @@ func TestLeaseRecordOfOneLeaseDoesNotFreeAJobAnotherLeaseRuns(t *testing.T) {
 	ctx := context.Background()
 
 	itA, _ := recJob("J", 1)
-	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{itA})); len(leased) != 1 {
-		t.Fatal("A did not lease J")
-	}
+	leaseOne(t, a, itA)
 	itA.ran = true // A's handler runs; A is paused past its lease's end
 	a.lease.mu.Lock()
 	until := a.lease.until
@@ -617,15 +619,11 @@ func TestLeaseRecordOfOneLeaseDoesNotFreeAJobAnotherLeaseRuns(t *testing.T) {
 	time.Sleep(time.Until(until) + 50*time.Millisecond)
 
 	itB, _ := recJob("J", 1) // J redelivered, to B
-	if leased, _, _ := b.admitBatch(ctx, checkOf(t, b, []*inflight{itB})); len(leased) != 1 {
-		t.Fatal("B did not lease J once A's lease ended")
-	}
+	leaseOne(t, b, itB)
 	itB.ran = true
 
 	itK, _ := recJob("K", 2) // A is back, and leases a new batch
-	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{itK})); len(leased) != 1 {
-		t.Fatal("A did not lease K")
-	}
+	leaseOne(t, a, itK)
 	if err := a.ledger.Retry(ctx, &itA.claim, time.Millisecond, data.CauseCutOff); err != nil { // as leaseLost does
 		t.Fatal(err)
 	}
