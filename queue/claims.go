@@ -55,8 +55,8 @@ func (p *Pool) startClaim(it *inflight) {
 }
 
 // claimAll waits for each claim in order and hands the won ones to workers.
+// ctx ends once the pool's jobs are cut off at shutdown.
 func (p *Pool) claimAll(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
 	for it := range p.claims {
 		if it.unclaimed || p.claimed(ctx, it) {
 			p.work <- it
@@ -69,14 +69,34 @@ func (p *Pool) claimAll(ctx context.Context) {
 }
 
 // claimed settles a job's claim and reports whether a worker should run it.
-// Jobs it does not pass on are acked or released here. ctx has no deadline:
-// the claim's future times out by itself.
+// Jobs it does not pass on are acked or released here. A claim that the
+// ledger could not settle (a timeout, a bucket that refuses writes) is
+// tried again, the job held with heartbeats meanwhile, as a batch's lease
+// is (see admitBatch): a ledger outage costs no delivery and dead-letters
+// no job that never ran. Once ctx ends, the job is handed back. The
+// ledger's calls do not end with ctx: the claim's future times out by
+// itself.
 func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
+	stop := ctx.Done()
+	ctx = context.WithoutCancel(ctx)
 	var claim data.Claim
 	var err error
 	if it.pending != nil {
 		claim, err = it.pending.Wait(ctx)
 	} else {
+		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
+	}
+	for backoff := 50 * time.Millisecond; err != nil && !errors.Is(err, data.ErrAlreadyDone) && !errors.Is(err, data.ErrClaimed); backoff = min(2*backoff, 5*time.Second) {
+		p.jobLog(it.job).Warn().Err(err).Dur("retry_in", backoff).Msg("claim job: retrying")
+		select {
+		case <-time.After(backoff):
+		case <-stop:
+			p.beats.remove(it)
+			log := *p.jobLog(it.job)
+			log.Info().Msg("shutdown before the job's claim: released")
+			p.nak(it.msg, 0, log)
+			return false
+		}
 		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
 	}
 	if err == nil && claim.Replaced == nil && !it.job.Resumed {
@@ -109,9 +129,6 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		delay := time.Until(claim.Record.LeaseUntil) + time.Second
 		log.Warn().Str("holder", claim.Record.Worker).Dur("retry_in", delay).Msg("job redelivered while its claim is live: released")
 		p.nak(it.msg, delay, log)
-		return false
-	case err != nil:
-		p.fail(opCtx, it.msg, it.job, nil, 0, err, log)
 		return false
 	}
 	if claim.Replaced != nil {

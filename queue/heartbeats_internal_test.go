@@ -152,3 +152,58 @@ func TestLeaseLostBeforeTheHandlerStartsStopsIt(t *testing.T) {
 		t.Errorf("K's ledger record: got %+v, %v; want none, as no attempt ran", rec, err)
 	}
 }
+
+// A claim that the ledger cannot settle for a while (here its writes fail)
+// is tried again while the job waits, rather than count as a failed
+// attempt: on the job's only delivery, that would dead-letter a job that
+// never ran.
+func TestClaimIsRetriedWhileTheLedgerFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{MaxDeliver: 1})
+	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
+	c, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil { // J has a record: it is claimed first
+		t.Fatal(err)
+	}
+
+	var runs atomic.Int32
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		runs.Add(1)
+		return nil
+	}), servertest.Logger(t))
+	var stuck atomic.Bool
+	stuck.Store(true)
+	p.ledger = data.NewLedger(stuckUpdates{KeyValue: obj.Ledger, stuck: &stuck}, obj.Config.lease(), obj.JS)
+	startPool(t, p)
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a few claims fail
+	stuck.Store(false)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := l.Get(ctx, "J")
+		if err == nil && rec.State == data.StateDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("J's record: %+v, %v; want done once the ledger takes writes again", rec, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("J ran %d times, want 1", n)
+	}
+	info, err := obj.Dead.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("DLQ holds %d dead letters, want none: J never failed", info.State.Msgs)
+	}
+}
