@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,5 +206,44 @@ func TestClaimIsRetriedWhileTheLedgerFails(t *testing.T) {
 	}
 	if info.State.Msgs != 0 {
 		t.Errorf("DLQ holds %d dead letters, want none: J never failed", info.State.Msgs)
+	}
+}
+
+// jobq next gives up on a ledger that lets no job be claimed, with an
+// error, and hands the job back rather than wait for it forever.
+func TestNextGivesUpOnAStuckLedger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
+	c, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil { // J is claimed first
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Bool
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { ran.Store(true); return nil }), servertest.Logger(t))
+	var stuck atomic.Bool
+	stuck.Store(true)
+	p.ledger = data.NewLedger(stuckUpdates{KeyValue: obj.Ledger, stuck: &stuck}, obj.Config.lease(), obj.JS)
+	t.Cleanup(p.ledger.Close)
+	msg, err := fetchOne(ctx, obj, 5*time.Second)
+	if err != nil || msg == nil {
+		t.Fatalf("fetch J: %v, %v", msg, err)
+	}
+	if err := p.processOne(ctx, msg); err == nil || !strings.Contains(err.Error(), "could not check or claim") {
+		t.Errorf("processOne with a stuck ledger: got %v, want an error that says the ledger could not claim the job", err)
+	}
+	if ran.Load() {
+		t.Error("J ran without a claim")
+	}
+	// Handed back: delivered again at once, not after the ack wait.
+	if again, err := fetchOne(ctx, obj, 5*time.Second); err != nil || again == nil {
+		t.Errorf("fetch J again: %v, %v; want J handed back", again, err)
 	}
 }

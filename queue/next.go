@@ -39,7 +39,9 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 		if err != nil || msg == nil {
 			return false, err
 		}
-		p.processOne(ctx, msg)
+		if err := p.processOne(ctx, msg); err != nil {
+			return false, err
+		}
 	}
 	return true, nil
 }

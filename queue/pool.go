@@ -281,12 +281,13 @@ func (p *Pool) Stop(ctx context.Context) error {
 }
 
 // processOne takes one fetched job through every step in turn, without the
-// pipeline: for jobq next.
-func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
+// pipeline: for jobq next. A ledger that does not let the job be checked
+// or claimed within opTimeout is an error; the job is handed back.
+func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	job, err := decodeJob(msg)
 	if err != nil {
 		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("not a jetstream job; left for redelivery")
-		return
+		return nil
 	}
 	it := &inflight{msg: msg, job: job}
 	if !p.cfg.NoLedger {
@@ -306,32 +307,41 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) {
 		<-beating
 	}()
 	if !p.cfg.NoLedger {
+		// The ledger's reads and writes are retried while they fail, up
+		// to here.
+		lctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		admitted := true
 		if p.leasing {
 			batch := []*inflight{it}
 			gen := p.lease.generation()
-			snap, err := p.check(ctx, batch)
-			admitted := false
-			p.admitAll(ctx, checked{batch: batch, snap: snap, err: err, gen: gen}, func(*inflight, bool) { admitted = true })
-			if !admitted {
-				return // handed back
-			}
+			snap, err := p.check(lctx, batch)
+			admitted = false
+			p.admitAll(lctx, checked{batch: batch, snap: snap, err: err, gen: gen}, func(*inflight, bool) { admitted = true })
 		}
-		if !it.unclaimed && !p.claimed(ctx, it) {
-			return
+		if admitted && !it.unclaimed {
+			admitted = p.claimed(lctx, it)
+		}
+		switch {
+		case !admitted && lctx.Err() != nil && ctx.Err() == nil:
+			return fmt.Errorf("job %s: the ledger could not check or claim it within %s; it is released (see jobq status)", job.ID, opTimeout)
+		case !admitted:
+			return nil // acked, or handed back
 		}
 	}
 	if !p.runOne(ctx, it) {
-		return
+		return nil
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	if err := it.write.Wait(opCtx); err != nil {
 		p.recordFailed(msg, job, err, *p.jobLog(job))
-		return
+		return nil
 	}
 	p.cfg.Metrics.jobCompleted(job.Subject)
 	p.observe(job, data.StateDone, it.took, nil)
 	p.ack(opCtx, msg, *p.jobLog(job))
+	return nil
 }
 
 // release frees one job's room in the pool: its bytes, its place in the
