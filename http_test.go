@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -133,4 +135,140 @@ func TestHTTPEndpoints(t *testing.T) {
 			t.Errorf("POST /metrics: got %d, want 405", code)
 		}
 	})
+}
+
+// servedWithDashboard serves startHTTP (no credentials: the loopback default) with
+// the dashboard, over a pool whose handler dead-letters every job.
+func servedWithDashboard(t *testing.T) (base string, obj *queue.Objects) {
+	t.Helper()
+	log := servertest.Logger(t)
+	reg, metrics := newMetrics()
+	rec := dashboard.NewRecorder()
+	srv, obj := provisioned(t, false, queue.Config{Metrics: metrics, Observer: rec, FetchWait: 200 * time.Millisecond})
+	reg.MustRegister(queue.NewStatusCollector(obj, 0))
+	pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("card declined"))
+	}), log)
+	if err := pool.Start(context.Background()); err != nil {
+		t.Fatalf("start pool: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pool.Stop(ctx)
+	})
+	dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: rec, Log: log})
+	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, dashboard.Auth{}, log)
+	if err != nil {
+		t.Fatalf("start http: %v", err)
+	}
+	t.Cleanup(func() { hs.Shutdown(context.Background()) })
+	return "http://" + hs.Addr, obj
+}
+
+func doHTTP(t *testing.T, method, u, host string, body io.Reader, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for _, h := range header {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Set(k, v)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// The loopback default has no credentials, so what keeps other sites out is
+// the browser's same-origin policy. nats-server's monitoring handlers answer
+// Access-Control-Allow-Origin: *, which lets any web page the local user
+// opens read /varz and /jsz (server config, store dir, streams, consumers).
+func TestHTTPMonitorIsNotReadableCrossOrigin(t *testing.T) {
+	t.Parallel()
+	base, _ := servedWithDashboard(t)
+	for _, path := range []string{"/varz", "/jsz?streams=1&consumers=1&config=1"} {
+		resp, _ := doHTTP(t, http.MethodGet, base+path, "", nil, "Origin: https://evil.example", "Sec-Fetch-Site: cross-site")
+		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "" {
+			t.Errorf("GET %s from https://evil.example: %d with Access-Control-Allow-Origin %q: another site's script reads it", path, resp.StatusCode, got)
+		}
+	}
+}
+
+// DNS rebinding: a page at http://rebind.evil.example:PORT/ whose name then
+// resolves to 127.0.0.1 is same-origin with itself in the browser, so its
+// requests carry Host, Origin and Sec-Fetch-Site that all agree. Nothing
+// checks that Host names this server, so it reads the dashboard and
+// re-drives every dead letter.
+func TestHTTPRefusesOtherHostNames(t *testing.T) {
+	t.Parallel()
+	base, obj := servedWithDashboard(t)
+	if _, err := queue.NewProducer(obj.JS, obj.Config).Enqueue(context.Background(), "job.pay.charge", []byte("{}"), queue.EnqueueOptions{ID: "secret-customer-42"}); err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		list, err := queue.ListDeadLetters(context.Background(), obj, 0)
+		if err == nil && len(list) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter after 20s: %v %v", list, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	u, _ := url.Parse(base)
+	evil := "rebind.evil.example:" + u.Port()
+	resp, body := doHTTP(t, http.MethodGet, base+"/", evil, nil, "Sec-Fetch-Site: same-origin")
+	if resp.StatusCode == http.StatusOK && strings.Contains(body, "secret-customer-42") {
+		t.Errorf("GET / with Host %s: 200 with the dead letters' job IDs; want it refused (the host is not this server)", evil)
+	}
+	resp, _ = doHTTP(t, http.MethodPost, base+"/dlq/retry-all", evil, strings.NewReader(""),
+		"Origin: http://"+evil, "Sec-Fetch-Site: same-origin", "Content-Type: application/x-www-form-urlencoded")
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		list, _ := queue.ListDeadLetters(context.Background(), obj, 0)
+		t.Errorf("POST /dlq/retry-all from a rebound http://%s page: got %d to %q, %d dead letters left; want 421 and the dead letter kept",
+			evil, resp.StatusCode, resp.Header.Get("Location"), len(list))
+	}
+}
+
+// /readyz says ready while the workers cannot fetch a single job: it reads
+// only JOB, not WORKER (nor DLQ or the ledger), and the pool keeps
+// Running while every pull is refused.
+func TestHTTPReadyzWithoutWorkerConsumer(t *testing.T) {
+	t.Parallel()
+	base, obj := servedWithDashboard(t)
+	ctx := context.Background()
+	if err := obj.JS.DeleteConsumer(ctx, queue.StreamJob, queue.ConsumerWorker); err != nil {
+		t.Fatalf("delete %s: %v", queue.ConsumerWorker, err)
+	}
+	resp, body := doHTTP(t, http.MethodGet, base+"/readyz", "", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz with %s deleted (every pull refused): got %d %s, want 503", queue.ConsumerWorker, resp.StatusCode, strings.TrimSpace(body))
+	}
+}
+
+// The loopback listener answers under localhost and loopback IPs, and
+// answers probes under any name.
+func TestHTTPServesLoopbackNames(t *testing.T) {
+	t.Parallel()
+	base, _ := servedWithDashboard(t)
+	u, _ := url.Parse(base)
+	for _, host := range []string{"localhost:" + u.Port(), "127.0.0.1:" + u.Port(), "[::1]:" + u.Port()} {
+		if resp, _ := doHTTP(t, http.MethodGet, base+"/", host, nil); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET / with Host %s: got %d, want 200", host, resp.StatusCode)
+		}
+	}
+	if resp, _ := doHTTP(t, http.MethodGet, base+"/healthz", "jobq.internal:8222", nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz with Host jobq.internal: got %d, want 200 (probes name the host as they like)", resp.StatusCode)
+	}
 }

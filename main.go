@@ -819,6 +819,12 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func(
 		defer cancel()
 		workers := pool == nil || pool.Running()
 		_, err := obj.Jobs.Info(ctx)
+		if err == nil && pool != nil {
+			// The workers fetch through WORKER: without it, every pull fails.
+			if _, cerr := obj.Worker.Info(ctx); cerr != nil {
+				err = fmt.Errorf("consumer %s: %w", queue.ConsumerWorker, cerr)
+			}
+		}
 		if err == nil && storeErr != nil {
 			err = storeErr()
 		}
@@ -838,13 +844,20 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func(
 		Timeout:       10 * time.Second,
 	})))
 	for path, h := range monitor {
-		mux.Handle("GET "+path, auth.Require(h))
+		mux.Handle("GET "+path, auth.Require(sameOriginOnly(h)))
 	}
 	if dash != nil {
 		dash.Register(mux) // it asks for auth itself
 	}
+	var handler http.Handler = mux
+	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && net.ParseIP(host).IsLoopback() {
+		handler = loopbackHostOnly(mux)
+	}
 	// Addr tells callers the address, also of a port 0 listener.
-	hs := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{
+		Addr: ln.Addr().String(), Handler: handler,
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
@@ -852,6 +865,47 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func(
 	}()
 	log.Info().Str("http", ln.Addr().String()).Str("dashboard", "http://"+ln.Addr().String()+"/").Msg("health endpoints ready")
 	return hs, nil
+}
+
+// loopbackHostOnly refuses requests to a loopback listener that name
+// another host: a page whose name a DNS rebinding pointed at 127.0.0.1
+// would otherwise be same-origin with itself, read the dashboard and send
+// its POSTs, past the cross-site checks. Probes of /healthz and /readyz
+// are answered whatever the name.
+func loopbackHostOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = h
+		}
+		ip := net.ParseIP(strings.Trim(host, "[]"))
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			http.Error(w, "jobq serves this address under localhost or a loopback IP only", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sameOriginOnly drops the Access-Control-Allow-Origin: * that
+// nats-server's monitoring handlers send, which would let any web page
+// read /varz and /jsz.
+func sameOriginOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(noCORS{w}, r)
+	})
+}
+
+type noCORS struct{ http.ResponseWriter }
+
+func (w noCORS) WriteHeader(code int) {
+	w.Header().Del("Access-Control-Allow-Origin")
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w noCORS) Write(b []byte) (int, error) {
+	w.Header().Del("Access-Control-Allow-Origin")
+	return w.ResponseWriter.Write(b)
 }
 
 // promLogger logs the errors of a /metrics scrape.
