@@ -29,6 +29,11 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	m := nats.NewMsg(SubjectDLQPrefix + job.Subject)
 	m.Data = job.Payload
 	for k, v := range h {
+		// Nats- headers told the server how to store the job, such as a
+		// Nats-Expected-Stream: JOB that DLQ would refuse every time.
+		if len(k) >= 5 && strings.EqualFold(k[:5], "nats-") {
+			continue
+		}
 		m.Header[k] = append([]string(nil), v...)
 	}
 	cause = strings.ReplaceAll(cause, "\n", " ")

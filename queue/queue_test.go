@@ -593,6 +593,46 @@ func TestSameJobNeverRunsTwiceAtOnce(t *testing.T) {
 	c.wantOnce(t, "dup-1")
 }
 
+// A job published by a standard NATS client with a Nats-Expected-* header
+// (accepted by JOB when it was stored) must still reach DLQ when it fails
+// permanently: every stored job ends done, or in DLQ with its last error.
+// The dead letter leaves out the Nats- headers, which DLQ would refuse
+// (Nats-Expected-Stream: JOB) or act on (a Nats-TTL would expire it).
+func TestDeadLetterOfAJobWithNatsHeaders(t *testing.T) {
+	t.Parallel()
+	for _, hdr := range [][2]string{
+		{"Nats-Expected-Stream", queue.StreamJob},
+		{"Nats-Expected-Last-Subject-Sequence", "0"},
+	} {
+		t.Run(hdr[0], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{MaxDeliver: 3})
+			m := nats.NewMsg("job.pay")
+			m.Data = []byte("x")
+			m.Header.Set(nats.MsgIdHdr, "poison-1")
+			m.Header.Set(hdr[0], hdr[1])
+			if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatalf("publish like nats pub -H %s:%s: %v", hdr[0], hdr[1], err)
+			}
+			b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+				return handlers.Permanent(errors.New("bad account"))
+			}))
+			deadline := time.Now().Add(8 * time.Second)
+			for {
+				st := b.status(t)
+				if st.DLQ.Messages == 1 && st.Stream.Messages == 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					rec, _ := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), "poison-1")
+					t.Fatalf("after 8s: JOB holds %d, DLQ holds %d (want 0 and 1); ledger record %+v", st.Stream.Messages, st.DLQ.Messages, rec)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}
+
 func TestFailedJobsRetryThenDeadLetter(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
