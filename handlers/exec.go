@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,6 +104,10 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	// stops waiting for pipes that something outside the group still holds.
 	cmd.WaitDelay = execKillDelay + time.Second
 
+	// The thread that starts the command lives until Wait returns (see
+	// dieWithJobq).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}

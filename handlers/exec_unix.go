@@ -27,6 +27,7 @@ type groupKiller struct {
 func killGroupOnCancel(cmd *exec.Cmd, delay time.Duration) *groupKiller {
 	g := &groupKiller{cmd: cmd}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithJobq(cmd.SysProcAttr)
 	cmd.Cancel = func() error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
