@@ -272,3 +272,52 @@ func TestHTTPServesLoopbackNames(t *testing.T) {
 		t.Errorf("GET /healthz with Host jobq.internal: got %d, want 200 (probes name the host as they like)", resp.StatusCode)
 	}
 }
+
+// Host names are case-insensitive, and "localhost." is the same
+// name; curl http://LOCALHOST:PORT/ sends the name as typed.
+func TestHTTPLoopbackNameSpellings(t *testing.T) {
+	t.Parallel()
+	base, _ := servedWithDashboard(t)
+	u, _ := url.Parse(base)
+	for _, host := range []string{"LOCALHOST:" + u.Port(), "Localhost:" + u.Port(), "localhost.:" + u.Port()} {
+		if resp, _ := doHTTP(t, http.MethodGet, base+"/", host, nil); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET / with Host %s: got %d, want 200", host, resp.StatusCode)
+		}
+	}
+}
+
+// A reverse proxy in front of a loopback --http may keep the client's Host
+// (Caddy's default, nginx's proxy_set_header Host $host) when credentials
+// are configured: a DNS rebinding gains nothing then.
+func TestHTTPReverseProxyWithAuth(t *testing.T) {
+	t.Parallel()
+	log := servertest.Logger(t)
+	reg, metrics := newMetrics()
+	rec := dashboard.NewRecorder()
+	srv, obj := provisioned(t, false, queue.Config{Metrics: metrics, Observer: rec, FetchWait: 200 * time.Millisecond})
+	pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("x"))
+	}), log)
+	if err := pool.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pool.Stop(ctx)
+	})
+	auth := dashboard.Auth{Token: "s3cret"}
+	dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: rec, Auth: auth, Log: log})
+	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, auth, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hs.Shutdown(context.Background()) })
+	base := "http://" + hs.Addr
+	for _, path := range []string{"/", "/metrics", "/varz"} {
+		resp, _ := doHTTP(t, http.MethodGet, base+path, "jobq.example.com", nil, "Authorization: Bearer s3cret", "X-Forwarded-For: 203.0.113.9")
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s via a reverse proxy (Host jobq.example.com) with the token: got %d, want 200", path, resp.StatusCode)
+		}
+	}
+}

@@ -850,13 +850,14 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func(
 		dash.Register(mux) // it asks for auth itself
 	}
 	var handler http.Handler = mux
-	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && net.ParseIP(host).IsLoopback() {
+	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && net.ParseIP(host).IsLoopback() && auth.Token == "" && auth.User == "" {
 		handler = loopbackHostOnly(mux)
 	}
 	// Addr tells callers the address, also of a port 0 listener.
 	hs := &http.Server{
 		Addr: ln.Addr().String(), Handler: handler,
-		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		// The dashboard's retry-all may take up to 2m (dashboard's retryTimeout).
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 3 * time.Minute, IdleTimeout: 2 * time.Minute,
 	}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -867,17 +868,20 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func(
 	return hs, nil
 }
 
-// loopbackHostOnly refuses requests to a loopback listener that name
-// another host: a page whose name a DNS rebinding pointed at 127.0.0.1
-// would otherwise be same-origin with itself, read the dashboard and send
-// its POSTs, past the cross-site checks. Probes of /healthz and /readyz
-// are answered whatever the name.
+// loopbackHostOnly refuses requests to a loopback listener without
+// credentials that name another host: a page whose name a DNS rebinding
+// pointed at 127.0.0.1 would otherwise be same-origin with itself, read the
+// dashboard and send its POSTs, past the cross-site checks. With
+// credentials the rebound page has none, so a reverse proxy may pass its
+// own Host on. Probes of /healthz and /readyz are answered whatever the
+// name.
 func loopbackHostOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
 		if h, _, err := net.SplitHostPort(r.Host); err == nil {
 			host = h
 		}
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
 		ip := net.ParseIP(strings.Trim(host, "[]"))
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 			http.Error(w, "jobq serves this address under localhost or a loopback IP only", http.StatusMisdirectedRequest)

@@ -86,10 +86,23 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	} else {
 		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
 	}
-	for backoff := 50 * time.Millisecond; err != nil && !errors.Is(err, data.ErrAlreadyDone) && !errors.Is(err, data.ErrClaimed); backoff = min(2*backoff, 5*time.Second) {
-		p.jobLog(it.job).Warn().Err(err).Dur("retry_in", backoff).Msg("claim job: retrying")
+	for backoff, retried := 50*time.Millisecond, false; err != nil && !errors.Is(err, data.ErrAlreadyDone); retried = true {
+		wait := backoff
+		if errors.Is(err, data.ErrClaimed) {
+			if !retried || claim.Record.Seq != it.job.Seq {
+				break
+			}
+			// A claim write whose answer was lost may have landed: the live
+			// claim on this very copy of the job is most likely this
+			// pool's own. Wait it out, holding the job, rather than
+			// release it and spend a delivery.
+			wait = time.Until(claim.Record.LeaseUntil) + 100*time.Millisecond
+		} else {
+			backoff = min(2*backoff, 5*time.Second)
+		}
+		p.jobLog(it.job).Warn().Err(err).Dur("retry_in", wait).Msg("claim job: retrying")
 		select {
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		case <-stop:
 			p.beats.remove(it)
 			log := *p.jobLog(it.job)

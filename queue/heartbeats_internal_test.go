@@ -247,3 +247,55 @@ func TestNextGivesUpOnAStuckLedger(t *testing.T) {
 		t.Errorf("fetch J again: %v, %v; want J handed back", again, err)
 	}
 }
+
+// landedTimeout stores the first record update but answers it with a
+// timeout, as when the bucket's ack is lost on the way back.
+type landedTimeout struct {
+	jetstream.KeyValue
+	once *atomic.Bool
+}
+
+func (k landedTimeout) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	r, err := k.KeyValue.Update(ctx, key, value, rev)
+	if err == nil && k.once.CompareAndSwap(false, true) {
+		return 0, nats.ErrTimeout
+	}
+	return r, err
+}
+
+// A claim whose write landed but whose answer timed out is retried; the
+// retry finds the pool's own claim on this very copy of the job, and waits
+// it out rather than release the job: released, it would spend its only
+// delivery and be dead-lettered without running.
+func TestClaimWhoseLostAnswerLandedIsWaitedOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{MaxDeliver: 1, AckWait: 3 * time.Second})
+	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
+	c, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil { // J has a record: it is claimed first
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		runs.Add(1)
+		return nil
+	}), servertest.Logger(t))
+	p.ledger = data.NewLedger(landedTimeout{KeyValue: obj.Ledger, once: new(atomic.Bool)}, obj.Config.lease(), obj.JS)
+	startPool(t, p)
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(12 * time.Second)
+	for time.Now().Before(deadline) && runs.Load() == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	info, _ := obj.Dead.Info(ctx)
+	rec, _ := l.Get(ctx, "J")
+	if runs.Load() != 1 || info.State.Msgs != 0 {
+		t.Errorf("J ran %d times (want 1), DLQ holds %d (want 0); record %+v", runs.Load(), info.State.Msgs, rec)
+	}
+}
