@@ -16,6 +16,22 @@ import (
 	"github.com/jobq/jobq/server/servertest"
 )
 
+// failedBefore gives job id a record of an earlier attempt that failed, so
+// that its next one is claimed first, and returns a ledger on obj.
+func failedBefore(t *testing.T, obj *Objects, id string) *data.Ledger {
+	t.Helper()
+	ctx := context.Background()
+	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
+	c, err := l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // stuckUpdates fails the ledger's record updates, a claim's renewal among
 // them, while stuck is set: at once, as a refusing bucket does, or, with
 // hang, once the caller gives up, as while the client is cut off from the
@@ -53,14 +69,7 @@ func TestClaimThatCannotBeRenewedStopsItsHandler(t *testing.T) {
 			ctx := context.Background()
 			obj := objectsWith(t, Config{AckWait: 3 * time.Second, MaxDeliver: 20, RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
 
-			l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
-			c, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil {
-				t.Fatal(err)
-			}
+			failedBefore(t, obj, "J") // J has a record: it is claimed first
 
 			var aRunning, overlap atomic.Bool
 			aStarted, aCause := make(chan struct{}), make(chan error, 1)
@@ -162,14 +171,7 @@ func TestClaimIsRetriedWhileTheLedgerFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{MaxDeliver: 1})
-	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
-	c, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil { // J has a record: it is claimed first
-		t.Fatal(err)
-	}
+	l := failedBefore(t, obj, "J") // J has a record: it is claimed first
 
 	var runs atomic.Int32
 	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
@@ -215,14 +217,7 @@ func TestNextGivesUpOnAStuckLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{})
-	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
-	c, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil { // J is claimed first
-		t.Fatal(err)
-	}
+	failedBefore(t, obj, "J") // J has a record: it is claimed first
 	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
 		t.Fatal(err)
 	}
@@ -271,14 +266,7 @@ func TestClaimWhoseLostAnswerLandedIsWaitedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{MaxDeliver: 1, AckWait: 3 * time.Second})
-	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
-	c, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil { // J has a record: it is claimed first
-		t.Fatal(err)
-	}
+	l := failedBefore(t, obj, "J") // J has a record: it is claimed first
 	var runs atomic.Int32
 	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
 		runs.Add(1)
