@@ -137,9 +137,10 @@ func TestHTTPEndpoints(t *testing.T) {
 	})
 }
 
-// servedWithDashboard serves startHTTP (no credentials: the loopback default) with
-// the dashboard, over a pool whose handler dead-letters every job.
-func servedWithDashboard(t *testing.T) (base string, obj *queue.Objects) {
+// servedWithDashboard serves startHTTP on loopback with the dashboard and
+// auth (none: the default), over a pool whose handler dead-letters every
+// job.
+func servedWithDashboard(t *testing.T, auth dashboard.Auth) (base string, obj *queue.Objects) {
 	t.Helper()
 	log := servertest.Logger(t)
 	reg, metrics := newMetrics()
@@ -157,8 +158,8 @@ func servedWithDashboard(t *testing.T) (base string, obj *queue.Objects) {
 		defer cancel()
 		pool.Stop(ctx)
 	})
-	dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: rec, Log: log})
-	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, dashboard.Auth{}, log)
+	dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: rec, Auth: auth, Log: log})
+	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, auth, log)
 	if err != nil {
 		t.Fatalf("start http: %v", err)
 	}
@@ -195,7 +196,7 @@ func doHTTP(t *testing.T, method, u, host string, body io.Reader, header ...stri
 // opens read /varz and /jsz (server config, store dir, streams, consumers).
 func TestHTTPMonitorIsNotReadableCrossOrigin(t *testing.T) {
 	t.Parallel()
-	base, _ := servedWithDashboard(t)
+	base, _ := servedWithDashboard(t, dashboard.Auth{})
 	for _, path := range []string{"/varz", "/jsz?streams=1&consumers=1&config=1"} {
 		resp, _ := doHTTP(t, http.MethodGet, base+path, "", nil, "Origin: https://evil.example", "Sec-Fetch-Site: cross-site")
 		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "" {
@@ -211,7 +212,7 @@ func TestHTTPMonitorIsNotReadableCrossOrigin(t *testing.T) {
 // re-drives every dead letter.
 func TestHTTPRefusesOtherHostNames(t *testing.T) {
 	t.Parallel()
-	base, obj := servedWithDashboard(t)
+	base, obj := servedWithDashboard(t, dashboard.Auth{})
 	if _, err := queue.NewProducer(obj.JS, obj.Config).Enqueue(context.Background(), "job.pay.charge", []byte("{}"), queue.EnqueueOptions{ID: "secret-customer-42"}); err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
@@ -246,7 +247,7 @@ func TestHTTPRefusesOtherHostNames(t *testing.T) {
 // Running while every pull is refused.
 func TestHTTPReadyzWithoutWorkerConsumer(t *testing.T) {
 	t.Parallel()
-	base, obj := servedWithDashboard(t)
+	base, obj := servedWithDashboard(t, dashboard.Auth{})
 	ctx := context.Background()
 	if err := obj.JS.DeleteConsumer(ctx, queue.StreamJob, queue.ConsumerWorker); err != nil {
 		t.Fatalf("delete %s: %v", queue.ConsumerWorker, err)
@@ -261,7 +262,7 @@ func TestHTTPReadyzWithoutWorkerConsumer(t *testing.T) {
 // answers probes under any name.
 func TestHTTPServesLoopbackNames(t *testing.T) {
 	t.Parallel()
-	base, _ := servedWithDashboard(t)
+	base, _ := servedWithDashboard(t, dashboard.Auth{})
 	u, _ := url.Parse(base)
 	for _, host := range []string{"localhost:" + u.Port(), "127.0.0.1:" + u.Port(), "[::1]:" + u.Port()} {
 		if resp, _ := doHTTP(t, http.MethodGet, base+"/", host, nil); resp.StatusCode != http.StatusOK {
@@ -277,7 +278,7 @@ func TestHTTPServesLoopbackNames(t *testing.T) {
 // name; curl http://LOCALHOST:PORT/ sends the name as typed.
 func TestHTTPLoopbackNameSpellings(t *testing.T) {
 	t.Parallel()
-	base, _ := servedWithDashboard(t)
+	base, _ := servedWithDashboard(t, dashboard.Auth{})
 	u, _ := url.Parse(base)
 	for _, host := range []string{"LOCALHOST:" + u.Port(), "Localhost:" + u.Port(), "localhost.:" + u.Port()} {
 		if resp, _ := doHTTP(t, http.MethodGet, base+"/", host, nil); resp.StatusCode != http.StatusOK {
@@ -291,29 +292,7 @@ func TestHTTPLoopbackNameSpellings(t *testing.T) {
 // are configured: a DNS rebinding gains nothing then.
 func TestHTTPReverseProxyWithAuth(t *testing.T) {
 	t.Parallel()
-	log := servertest.Logger(t)
-	reg, metrics := newMetrics()
-	rec := dashboard.NewRecorder()
-	srv, obj := provisioned(t, false, queue.Config{Metrics: metrics, Observer: rec, FetchWait: 200 * time.Millisecond})
-	pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		return handlers.Permanent(errors.New("x"))
-	}), log)
-	if err := pool.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		pool.Stop(ctx)
-	})
-	auth := dashboard.Auth{Token: "s3cret"}
-	dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: rec, Auth: auth, Log: log})
-	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, auth, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hs.Shutdown(context.Background()) })
-	base := "http://" + hs.Addr
+	base, _ := servedWithDashboard(t, dashboard.Auth{Token: "s3cret"})
 	for _, path := range []string{"/", "/metrics", "/varz"} {
 		resp, _ := doHTTP(t, http.MethodGet, base+path, "jobq.example.com", nil, "Authorization: Bearer s3cret", "X-Forwarded-For: 203.0.113.9")
 		if resp.StatusCode != http.StatusOK {

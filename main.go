@@ -379,8 +379,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	return app
 }
 
-// withEnv gives f its JOBQ_<FLAG> variable unless it has one: every flag
-// reads one.
+// withEnv gives f its JOBQ_<FLAG> variable (see env): every flag reads
+// one, and no flag names its own.
 func withEnv(f cli.Flag) {
 	var vars *[]string
 	switch f := f.(type) {
@@ -399,9 +399,7 @@ func withEnv(f cli.Flag) {
 	default:
 		panic(fmt.Sprintf("withEnv: flag %v of type %T", f.Names(), f))
 	}
-	if len(*vars) == 0 {
-		*vars = env(f.Names()[0])
-	}
+	*vars = env(f.Names()[0])
 }
 
 // env returns the environment variable of flag name: JOBQ_ and the name in
@@ -412,9 +410,9 @@ func env(name string) []string {
 
 func logFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: env("log-level"), Usage: "log level: trace, debug, info, warn or error"},
-		&cli.StringFlag{Name: "log-format", Value: "auto", EnvVars: env("log-format"), Usage: "log format: auto (console on a terminal, else json), console or json"},
-		&cli.StringFlag{Name: "config", EnvVars: env("config"), Usage: "YAML file of settings keyed by flag name (e.g. workers: 8); flags and JOBQ_* variables override it"},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: trace, debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "log format: auto (console on a terminal, else json), console or json"},
+		&cli.StringFlag{Name: "config", Usage: "YAML file of settings keyed by flag name (e.g. workers: 8); flags and JOBQ_* variables override it"},
 	}
 }
 
@@ -447,40 +445,40 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 
 func queueFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "dedupe-window", Value: queue.DefaultDedupeWindow, EnvVars: env("dedupe-window"), Usage: "how long JOB drops a job republished with the same ID"},
-		&cli.IntFlag{Name: "max-deliver", Value: queue.DefaultMaxDeliver, EnvVars: env("max-deliver"), Usage: "deliveries of a job before it is dead-lettered"},
-		&cli.DurationFlag{Name: "ack-wait", Value: queue.DefaultAckWait, EnvVars: env("ack-wait"), Usage: "how long a job may go without ack or heartbeat before redelivery"},
-		&cli.DurationFlag{Name: "processed-ttl", Value: queue.DefaultProcessedTTL, EnvVars: env("processed-ttl"), Usage: "how long a ledger record lives after its last write"},
-		&cli.IntFlag{Name: "workers", Value: queue.DefaultWorkers, EnvVars: env("workers"), Usage: "jobs run at once"},
-		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, EnvVars: env("prefetch"), Usage: "jobs held beyond --workers while their ledger records are read and written (within --prefetch-bytes)"},
-		&cli.Int64Flag{Name: "prefetch-bytes", Value: queue.DefaultPrefetchBytes, EnvVars: env("prefetch-bytes"), Usage: "payload bytes the worker pool holds at most, running and waiting; a larger job runs alone"},
-		&cli.BoolFlag{Name: "no-ledger", EnvVars: env("no-ledger"), Usage: "turn the ledger off: at-least-once processing, faster (see README)"},
-		&cli.StringFlag{Name: "retry-backoff", Value: "1s,10s,1m", EnvVars: env("retry-backoff"), Usage: "delays before each retry, comma-separated; the last repeats"},
-		&cli.DurationFlag{Name: "job-timeout", EnvVars: env("job-timeout"), Usage: "limit on one attempt (0: none)"},
-		&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, EnvVars: env("max-payload"), Usage: "largest payload accepted, in bytes"},
+		&cli.DurationFlag{Name: "dedupe-window", Value: queue.DefaultDedupeWindow, Usage: "how long JOB drops a job republished with the same ID"},
+		&cli.IntFlag{Name: "max-deliver", Value: queue.DefaultMaxDeliver, Usage: "deliveries of a job before it is dead-lettered"},
+		&cli.DurationFlag{Name: "ack-wait", Value: queue.DefaultAckWait, Usage: "how long a job may go without ack or heartbeat before redelivery"},
+		&cli.DurationFlag{Name: "processed-ttl", Value: queue.DefaultProcessedTTL, Usage: "how long a ledger record lives after its last write"},
+		&cli.IntFlag{Name: "workers", Value: queue.DefaultWorkers, Usage: "jobs run at once"},
+		&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, Usage: "jobs held beyond --workers while their ledger records are read and written (within --prefetch-bytes)"},
+		&cli.Int64Flag{Name: "prefetch-bytes", Value: queue.DefaultPrefetchBytes, Usage: "payload bytes the worker pool holds at most, running and waiting; a larger job runs alone"},
+		&cli.BoolFlag{Name: "no-ledger", Usage: "turn the ledger off: at-least-once processing, faster (see README)"},
+		&cli.StringFlag{Name: "retry-backoff", Value: "1s,10s,1m", Usage: "delays before each retry, comma-separated; the last repeats"},
+		&cli.DurationFlag{Name: "job-timeout", Usage: "limit on one attempt (0: none)"},
+		&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, Usage: "largest payload accepted, in bytes"},
 	}
 }
 
 func serveCommand() *cli.Command {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "store-dir", Value: "./jobq-data", EnvVars: env("store-dir"), Usage: "where the embedded server stores jobs and the ledger"},
-		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:4222", EnvVars: env("listen"), Usage: "NATS client address of the embedded server (empty: in-process only)"},
-		&cli.StringFlag{Name: "http", Value: "127.0.0.1:8222", EnvVars: env("http"), Usage: "address of the dashboard, /healthz, /readyz, /metrics, /varz and /jsz (empty: off)"},
-		&cli.StringSliceFlag{Name: "handler", EnvVars: env("handler"), Usage: "route SUBJECT=SPEC, SPEC is log, exec:COMMAND or http:URL (repeatable)"},
-		&cli.BoolFlag{Name: "demo", EnvVars: env("demo"), Usage: "publish a sample payroll job every --demo-interval and log it"},
-		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, EnvVars: env("demo-interval"), Usage: "how often --demo publishes"},
-		&cli.StringFlag{Name: "server", EnvVars: env("server"), Usage: "use this NATS server instead of the embedded one"},
-		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, EnvVars: env("shutdown-timeout"), Usage: "how long running jobs may finish after SIGINT/SIGTERM"},
-		&cli.StringFlag{Name: "token", EnvVars: env("token"), Usage: "client token the server requires"},
-		&cli.StringFlag{Name: "user", EnvVars: env("user"), Usage: "client user the server requires (with --password)"},
-		&cli.StringFlag{Name: "password", EnvVars: env("password"), Usage: "client password the server requires (with --user)"},
-		&cli.StringFlag{Name: "nkey", EnvVars: env("nkey"), Usage: "client nkey public key the server accepts"},
-		&cli.BoolFlag{Name: "insecure", EnvVars: env("insecure"), Usage: "allow a non-loopback --listen or --http without authentication"},
-		&cli.StringFlag{Name: "tls-cert", EnvVars: env("tls-cert"), Usage: "TLS certificate file for the client port"},
-		&cli.StringFlag{Name: "tls-key", EnvVars: env("tls-key"), Usage: "TLS key file for the client port"},
-		&cli.StringFlag{Name: "sync", Value: "1s", EnvVars: env("sync"), Usage: "how often the store is fsynced: an interval, or always"},
-		&cli.Int64Flag{Name: "max-store", EnvVars: env("max-store"), Usage: "cap on stored bytes; JOB gets 3/4 of it (0: the server's default, 75% of the disk)"},
-		&cli.Int64Flag{Name: "max-memory", EnvVars: env("max-memory"), Usage: "cap on memory storage bytes (0: the server's default)"},
+		&cli.StringFlag{Name: "store-dir", Value: "./jobq-data", Usage: "where the embedded server stores jobs and the ledger"},
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:4222", Usage: "NATS client address of the embedded server (empty: in-process only)"},
+		&cli.StringFlag{Name: "http", Value: "127.0.0.1:8222", Usage: "address of the dashboard, /healthz, /readyz, /metrics, /varz and /jsz (empty: off)"},
+		&cli.StringSliceFlag{Name: "handler", Usage: "route SUBJECT=SPEC, SPEC is log, exec:COMMAND or http:URL (repeatable)"},
+		&cli.BoolFlag{Name: "demo", Usage: "publish a sample payroll job every --demo-interval and log it"},
+		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, Usage: "how often --demo publishes"},
+		&cli.StringFlag{Name: "server", Usage: "use this NATS server instead of the embedded one"},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "how long running jobs may finish after SIGINT/SIGTERM"},
+		&cli.StringFlag{Name: "token", Usage: "client token the server requires"},
+		&cli.StringFlag{Name: "user", Usage: "client user the server requires (with --password)"},
+		&cli.StringFlag{Name: "password", Usage: "client password the server requires (with --user)"},
+		&cli.StringFlag{Name: "nkey", Usage: "client nkey public key the server accepts"},
+		&cli.BoolFlag{Name: "insecure", Usage: "allow a non-loopback --listen or --http without authentication"},
+		&cli.StringFlag{Name: "tls-cert", Usage: "TLS certificate file for the client port"},
+		&cli.StringFlag{Name: "tls-key", Usage: "TLS key file for the client port"},
+		&cli.StringFlag{Name: "sync", Value: "1s", Usage: "how often the store is fsynced: an interval, or always"},
+		&cli.Int64Flag{Name: "max-store", Usage: "cap on stored bytes; JOB gets 3/4 of it (0: the server's default, 75% of the disk)"},
+		&cli.Int64Flag{Name: "max-memory", Usage: "cap on memory storage bytes (0: the server's default)"},
 	}
 	return &cli.Command{
 		Name:   "serve",
@@ -923,15 +921,15 @@ func (l promLogger) Println(v ...any) {
 
 func clientFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "server", Aliases: []string{"s"}, Value: "nats://127.0.0.1:4222", EnvVars: env("server"), Usage: "NATS URL of a running jobq serve"},
-		&cli.StringFlag{Name: "token", EnvVars: env("token"), Usage: "token to authenticate with"},
-		&cli.StringFlag{Name: "user", EnvVars: env("user"), Usage: "user to authenticate with"},
-		&cli.StringFlag{Name: "password", EnvVars: env("password"), Usage: "password to authenticate with"},
-		&cli.StringFlag{Name: "nkey-seed", EnvVars: env("nkey-seed"), Usage: "file holding an nkey seed to authenticate with"},
-		&cli.StringFlag{Name: "tls-ca", EnvVars: env("tls-ca"), Usage: "CA certificate file to verify the server's TLS certificate"},
-		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, EnvVars: env("timeout"), Usage: "how long to wait for the server"},
+		&cli.StringFlag{Name: "server", Aliases: []string{"s"}, Value: "nats://127.0.0.1:4222", Usage: "NATS URL of a running jobq serve"},
+		&cli.StringFlag{Name: "token", Usage: "token to authenticate with"},
+		&cli.StringFlag{Name: "user", Usage: "user to authenticate with"},
+		&cli.StringFlag{Name: "password", Usage: "password to authenticate with"},
+		&cli.StringFlag{Name: "nkey-seed", Usage: "file holding an nkey seed to authenticate with"},
+		&cli.StringFlag{Name: "tls-ca", Usage: "CA certificate file to verify the server's TLS certificate"},
+		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "how long to wait for the server"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-		&cli.StringFlag{Name: "config", EnvVars: env("config"), Usage: "YAML file of settings keyed by flag name (e.g. workers: 8); flags and JOBQ_* variables override it"},
+		&cli.StringFlag{Name: "config", Usage: "YAML file of settings keyed by flag name (e.g. workers: 8); flags and JOBQ_* variables override it"},
 	}
 }
 
@@ -1049,7 +1047,7 @@ func enqueueCommand() *cli.Command {
 			&cli.StringFlag{Name: "id", Usage: "job ID (Nats-Msg-Id); default a fresh unique ID"},
 			&cli.StringSliceFlag{Name: "header", Aliases: []string{"H"}, Usage: "header key=value (repeatable)"},
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "read the payload from this file"},
-			&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, EnvVars: env("max-payload"), Usage: "largest payload accepted, in bytes"},
+			&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, Usage: "largest payload accepted, in bytes"},
 		),
 		Action: enqueue,
 	}
@@ -1138,7 +1136,7 @@ func importCommand() *cli.Command {
 		Flags: append(clientFlags(),
 			&cli.IntFlag{Name: "window", Value: queue.DefaultImportWindow, Usage: "publishes waiting for their ack at most"},
 			&cli.BoolFlag{Name: "strict", Usage: "stop at the first malformed line (exit 2) instead of skipping it"},
-			&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, EnvVars: env("max-payload"), Usage: "largest payload accepted, in bytes"},
+			&cli.IntFlag{Name: "max-payload", Value: queue.DefaultMaxPayload, Usage: "largest payload accepted, in bytes"},
 		),
 		Action: importJobs,
 	}
@@ -1298,7 +1296,7 @@ func printImportSummary(w io.Writer, s queue.ImportSummary) {
 func nextCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "next",
-		Usage: "take one job from WORKER, print it and record it done (--no-ack: print and release it)",
+		Usage: "take one job from WORKER, print it and record it done (--no-ack: only show the next one)",
 		Flags: append(clientFlags(),
 			&cli.BoolFlag{Name: "no-ack", Usage: "only show the next job waiting for its first delivery, without delivering it"},
 			&cli.DurationFlag{Name: "wait", Value: 5 * time.Second, Usage: "how long to wait for a job"},
@@ -1366,7 +1364,7 @@ func statusCommand() *cli.Command {
 		Usage: "show stream, consumer, dead-letter and ledger counts (--watch: again every --interval)",
 		Flags: append(clientFlags(),
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "show the counts again every --interval until Ctrl-C"},
-			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, EnvVars: env("interval"), Usage: "how often --watch shows the counts"},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "how often --watch shows the counts"},
 			&cli.IntFlag{Name: "count", Hidden: true, Usage: "with --watch, stop after this many tables (for tests)"},
 		),
 		Action: status,

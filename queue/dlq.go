@@ -31,7 +31,7 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	for k, v := range h {
 		// Nats- headers told the server how to store the job, such as a
 		// Nats-Expected-Stream: JOB that DLQ would refuse every time.
-		if len(k) >= 5 && strings.EqualFold(k[:5], "nats-") {
+		if hasPrefixFold(k, "Nats-") {
 			continue
 		}
 		m.Header[k] = append([]string(nil), v...)

@@ -77,7 +77,7 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 		}
 		renewing.Wait()
 		if !p.cfg.NoLedger {
-			h.loseLapsedClaims(time.Now(), every/2)
+			h.loseLapsedClaims(p, time.Now())
 		}
 		if p.leasing && now.Sub(collected) >= p.cfg.lease() {
 			collected = now
@@ -100,21 +100,37 @@ func (h *heartbeats) loseLeased(cause error) {
 }
 
 // loseLapsedClaims cancels the handlers of the jobs on claims of their own
-// that were not renewed in time: a sixth of the ack wait before the claim
-// ends (margin), as the pool's lease does (see giveUpIfLapsed), so that
-// they stop before another pool may take the job over. A renewal that
-// fails with an error other than a lost claim, such as a timeout, leaves
-// the claim to run out.
-func (h *heartbeats) loseLapsedClaims(now time.Time, margin time.Duration) {
+// that were not renewed in time (see claimGiveUpAt), so that they stop
+// before another pool may take the job over. A renewal that fails with an
+// error other than a lost claim, such as a timeout, leaves the claim to
+// run out.
+func (h *heartbeats) loseLapsedClaims(p *Pool, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for it := range h.jobs {
 		it.mu.Lock()
-		if !it.unclaimed && it.claim.Revision > 0 && !now.Before(it.claim.Record.LeaseUntil.Add(-margin)) {
-			it.lose(fmt.Errorf("%w: the job's claim could not be renewed before its end (%s)", data.ErrClaimLost, it.claim.Record.LeaseUntil.Format(time.RFC3339)))
+		if !it.unclaimed && it.claim.Revision > 0 && !now.Before(p.claimGiveUpAt(&it.claim)) {
+			it.lose(claimLapsed(&it.claim, nil))
 		}
 		it.mu.Unlock()
 	}
+}
+
+// claimGiveUpAt is when a job gives up its claim unless it is renewed: a
+// sixth of the ack wait before the claim ends, as the pool's lease does
+// (see lease.giveUpAt).
+func (p *Pool) claimGiveUpAt(c *data.Claim) time.Time {
+	return c.Record.LeaseUntil.Add(-p.cfg.heartbeat() / 2)
+}
+
+// claimLapsed is why a job gave up its claim; cause is the failed renewal,
+// if any.
+func claimLapsed(c *data.Claim, cause error) error {
+	err := fmt.Errorf("%w: the job's claim could not be renewed before its end (%s)", data.ErrClaimLost, c.Record.LeaseUntil.Format(time.RFC3339))
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // keepAlive resets the server's ack wait for it.
@@ -139,7 +155,7 @@ func (p *Pool) renew(ctx context.Context, it *inflight) {
 	if it.closed || p.cfg.NoLedger || it.claim.Revision == 0 {
 		return // no claim to renew (yet)
 	}
-	giveUp := it.claim.Record.LeaseUntil.Add(-p.cfg.heartbeat() / 2)
+	giveUp := p.claimGiveUpAt(&it.claim)
 	deadline := time.Now().Add(opTimeout)
 	if giveUp.Before(deadline) {
 		deadline = giveUp
@@ -151,7 +167,7 @@ func (p *Pool) renew(ctx context.Context, it *inflight) {
 	case errors.Is(err, data.ErrClaimLost):
 		it.lose(err)
 	case err != nil && !time.Now().Before(giveUp):
-		it.lose(fmt.Errorf("%w: the job's claim could not be renewed before its end (%s): %w", data.ErrClaimLost, it.claim.Record.LeaseUntil.Format(time.RFC3339), err))
+		it.lose(claimLapsed(&it.claim, err))
 	case err != nil:
 		p.jobLog(it.job).Warn().Err(err).Msg("renew claim")
 	}

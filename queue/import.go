@@ -407,7 +407,7 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == ':' || r == 0x7f }) {
 			return nil, fmt.Errorf("headers: invalid name %q", k)
 		}
-		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+		if hasPrefixFold(k, "Nats-") {
 			return nil, fmt.Errorf("headers: %q is reserved for NATS; set the job ID with the id field", k)
 		}
 		var values []string

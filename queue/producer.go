@@ -176,13 +176,19 @@ func ValidID(id string) error {
 func validHeader(h map[string][]string) error {
 	for k := range h {
 		switch {
-		case len(k) >= 5 && strings.EqualFold(k[:5], "jobq-"):
+		case hasPrefixFold(k, "Jobq-"):
 			return fmt.Errorf("%w: %s: headers starting with Jobq- are jobq's own; use another name", ErrBadHeader, k)
-		case len(k) >= 5 && strings.EqualFold(k[:5], "nats-") && !strings.EqualFold(k, nats.MsgIdHdr):
+		case hasPrefixFold(k, "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr):
 			return fmt.Errorf("%w: %s: headers starting with Nats- tell the server how to store the job; use another name", ErrBadHeader, k)
 		}
 	}
 	return nil
+}
+
+// hasPrefixFold reports whether header name k starts with prefix, in any
+// case: header names compare so.
+func hasPrefixFold(k, prefix string) bool {
+	return len(k) >= len(prefix) && strings.EqualFold(k[:len(prefix)], prefix)
 }
 
 // isFull reports a publish refused for lack of room: the stream's MaxBytes
