@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,8 +103,25 @@ func (pw *PendingWrite) Wait(ctx context.Context) error {
 		return fmt.Errorf("record job %s %s: %w: %w", pw.next.ID, pw.next.State, ErrClaimLost, err)
 	default:
 		// Lost on the way or refused: try once more, synchronously.
-		return pw.l.update(ctx, pw.c, pw.next)
+		return pw.Again(ctx)
 	}
+}
+
+// Again writes the record once more, synchronously, after Wait failed with
+// an error other than ErrClaimLost: the ledger refused the write or did
+// not answer. A write whose answer was lost may have landed, so a stored
+// record that is this very write counts as written.
+func (pw *PendingWrite) Again(ctx context.Context) error {
+	err := pw.l.update(ctx, pw.c, pw.next)
+	if !errors.Is(err, ErrClaimLost) {
+		return err
+	}
+	entry, gerr := pw.l.kv.Get(ctx, pw.c.Key)
+	if gerr != nil || !bytes.Equal(entry.Value(), pw.next.encode()) {
+		return err
+	}
+	pw.c.Revision, pw.c.Record = entry.Revision(), pw.next
+	return nil
 }
 
 // publish starts a compare-and-set write of rec under key, expecting the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
@@ -55,5 +56,70 @@ func TestFullStoreRefusesNewJobsAndKeepsStoredOnes(t *testing.T) {
 	}
 	if _, err := b.prod.Enqueue(context.Background(), "job.big", []byte(payload), queue.EnqueueOptions{ID: "after"}); err != nil {
 		t.Errorf("enqueue after draining: %v", err)
+	}
+}
+
+// TestFullLedgerHoldsAFinishedJobUntilItIsRecorded fills the ledger while a
+// job runs: its done record is refused. The job is held, not run again and
+// not dead-lettered on its last delivery, and acked once the ledger has
+// room for its record.
+func TestFullLedgerHoldsAFinishedJobUntilItIsRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1, AckWait: 3 * time.Second})
+	started, finish := make(chan struct{}), make(chan struct{})
+	c := newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+		close(started)
+		<-finish
+		return nil
+	}))
+	b.enqueue(t, "job.x", "J", "x")
+	<-started
+	setLedgerFull(t, b, true)
+	close(finish)
+
+	// A few retries are refused, over more than an ack wait: the job's
+	// heartbeats keep it from being redelivered meanwhile.
+	time.Sleep(4 * time.Second)
+	st := b.status(t)
+	if st.Stream.Messages != 1 || st.Consumer.AckPending != 1 {
+		t.Errorf("with its record refused, JOB holds %d jobs, %d ack pending; want J held: 1 and 1", st.Stream.Messages, st.Consumer.AckPending)
+	}
+	if st.Consumer.Redelivered != 0 {
+		t.Errorf("%d jobs redelivered while J was held, want none", st.Consumer.Redelivered)
+	}
+	if _, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(ctx, "J"); !errors.Is(err, data.ErrNotFound) {
+		t.Errorf("J's record in a full ledger: %v, want none", err)
+	}
+
+	setLedgerFull(t, b, false)
+	b.waitDrained(t)
+	c.wantOnce(t, "J")
+	if rec := b.record(t, "J"); rec.State != data.StateDone {
+		t.Errorf("J: got %s, want done", rec.State)
+	}
+	if st := b.status(t); st.DLQ.Messages != 0 {
+		t.Errorf("DLQ holds %d dead letters, want none: J succeeded", st.DLQ.Messages)
+	}
+}
+
+// setLedgerFull makes the ledger bucket refuse new keys, as a bucket at its
+// limit does, or take them again. Existing keys, such as leases, can still
+// be rewritten.
+func setLedgerFull(t *testing.T, b *testBundle, full bool) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgs = -1
+	if full {
+		cfg.MaxMsgs = int64(st.CachedInfo().State.Msgs)
+	}
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("ledger full %v: %v", full, err)
 	}
 }

@@ -91,6 +91,7 @@ type Pool struct {
 	fetchDone   chan struct{}
 	finished    chan struct{}
 	sweeping    sync.WaitGroup
+	recording   sync.WaitGroup // keepRecording, which the acker waits for
 	stopOnce    sync.Once
 }
 
@@ -554,26 +555,78 @@ func (p *Pool) releaseUnstarted(it *inflight) {
 	p.nak(it.msg, 0, *p.jobLog(it.job))
 }
 
-// ackAll acks each job once its completion is confirmed. ctx has no
-// deadline: each write's future times out by itself.
+// ackAll acks each job once its completion is confirmed. A completion the
+// ledger refused, or did not answer, is retried while the job is held (see
+// keepRecording). ctx ends once the pool's jobs are cut off at shutdown;
+// the writes do not end with it: each write's future times out by itself.
 func (p *Pool) ackAll(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
+	defer p.recording.Wait()
 	for it := range p.dones {
-		if err := it.write.Wait(ctx); err != nil {
-			it.mu.Lock()
-			it.superseded = errors.Is(err, data.ErrClaimLost)
-			it.mu.Unlock()
-			p.recordFailed(it.msg, it.job, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
-			p.release(it)
+		err := it.write.Wait(context.WithoutCancel(ctx))
+		if err != nil && !errors.Is(err, data.ErrClaimLost) && ctx.Err() == nil {
+			p.recording.Go(func() { p.keepRecording(ctx, it, err) })
 			continue
 		}
-		p.cfg.Metrics.jobCompleted(it.job.Subject)
-		p.observe(it.job, data.StateDone, it.took, nil)
-		if err := it.msg.Ack(); err != nil {
-			// A lost ack is harmless: the redelivery finds the job done.
-			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
+		p.completed(it, err)
+	}
+}
+
+// completed acks a job whose completion is stored (err is nil), or leaves
+// it to be redelivered.
+func (p *Pool) completed(it *inflight, err error) {
+	defer p.release(it)
+	if err != nil {
+		it.mu.Lock()
+		it.superseded = errors.Is(err, data.ErrClaimLost)
+		it.mu.Unlock()
+		p.recordFailed(it.msg, it.job, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
+		return
+	}
+	p.cfg.Metrics.jobCompleted(it.job.Subject)
+	p.observe(it.job, data.StateDone, it.took, nil)
+	if err := it.msg.Ack(); err != nil {
+		// A lost ack is harmless: the redelivery finds the job done.
+		p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
+	}
+}
+
+// keepRecording retries the completion write of a job whose handler
+// succeeded and whose record the ledger refused or did not answer (a full
+// store, a bucket leader moving), holding the job with InProgress
+// meanwhile. Released instead, as before, the job would run again once
+// per delivery, and after its last one be dead-lettered though it
+// succeeded. It gives up, leaving the job for redelivery, once the pool's
+// jobs are cut off at shutdown (ctx), or if another holder's record
+// replaced the claim.
+func (p *Pool) keepRecording(ctx context.Context, it *inflight, err error) {
+	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
+	beat := p.cfg.heartbeat()
+	var lastBeat time.Time // its heartbeats stopped when the handler returned
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg("record job done: retrying, the job held meanwhile")
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			p.completed(it, err)
+			return
 		}
-		p.release(it)
+		if time.Since(lastBeat) >= beat {
+			lastBeat = time.Now()
+			if err := it.msg.InProgress(); err != nil {
+				log.Warn().Err(err).Msg("heartbeat to server")
+			}
+		}
+		// Bounded so that the next InProgress goes out in time.
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(opTimeout, beat/2))
+		err = it.write.Again(opCtx)
+		cancel()
+		if err == nil || errors.Is(err, data.ErrClaimLost) {
+			if err == nil {
+				log.Info().Msg("job done recorded after retries")
+			}
+			p.completed(it, err)
+			return
+		}
 	}
 }
 

@@ -1,0 +1,61 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/server/servertest"
+)
+
+// A completion write whose answer was lost may have landed: writing it again
+// finds the record there, and Again takes it for its own, but not another
+// holder's record.
+func TestAgainTakesItsOwnLandedWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "processed", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLedger(kv, time.Minute, nil) // no async writes: DoneAsync only prepares
+	for _, tt := range []struct {
+		name   string
+		landed func(pw *PendingWrite) []byte
+		want   error
+	}{
+		{"its own write landed", func(pw *PendingWrite) []byte { return pw.next.encode() }, nil},
+		{"another holder's record", func(pw *PendingWrite) []byte {
+			other := pw.next
+			other.Worker = "other"
+			return other.encode()
+		}, ErrClaimLost},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			job := &Job{ID: "J-" + tt.name[:3], Subject: "job.x", Seq: 1, Attempt: 1}
+			c := l.Prepare(job, "w", "lease")
+			pw, err := l.DoneAsync(&c, time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev, err := kv.Create(ctx, c.Key, tt.landed(pw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = pw.Again(ctx)
+			if !errors.Is(err, tt.want) || (tt.want != nil) == (err == nil) {
+				t.Fatalf("Again: got %v, want %v", err, tt.want)
+			}
+			if tt.want == nil && (c.Revision != rev || c.Record.State != StateDone) {
+				t.Errorf("claim after Again: revision %d, state %s; want %d, done", c.Revision, c.Record.State, rev)
+			}
+		})
+	}
+}
