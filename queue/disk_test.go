@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
@@ -67,6 +70,12 @@ func TestFullLedgerHoldsAFinishedJobUntilItIsRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, queue.Config{MaxDeliver: 1, AckWait: 3 * time.Second})
+	var lapsed atomic.Int32 // the server gave up on a delivery of J
+	sub, err := b.nc.Subscribe(queue.AdvisoryMaxDeliveries, func(*nats.Msg) { lapsed.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
 	started, finish := make(chan struct{}), make(chan struct{})
 	c := newCounter()
 	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
@@ -79,15 +88,14 @@ func TestFullLedgerHoldsAFinishedJobUntilItIsRecorded(t *testing.T) {
 	setLedgerFull(t, b, true)
 	close(finish)
 
-	// A few retries are refused, over more than an ack wait: the job's
-	// heartbeats keep it from being redelivered meanwhile.
-	time.Sleep(4 * time.Second)
-	st := b.status(t)
-	if st.Stream.Messages != 1 || st.Consumer.AckPending != 1 {
+	// Retries are refused over more than two ack waits: the job's
+	// heartbeats keep its only delivery alive meanwhile.
+	time.Sleep(7 * time.Second)
+	if st := b.status(t); st.Stream.Messages != 1 || st.Consumer.AckPending != 1 {
 		t.Errorf("with its record refused, JOB holds %d jobs, %d ack pending; want J held: 1 and 1", st.Stream.Messages, st.Consumer.AckPending)
 	}
-	if st.Consumer.Redelivered != 0 {
-		t.Errorf("%d jobs redelivered while J was held, want none", st.Consumer.Redelivered)
+	if n := lapsed.Load(); n != 0 {
+		t.Errorf("%d MAX_DELIVERIES advisories for J while it was held: its ack wait ran out", n)
 	}
 	if _, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(ctx, "J"); !errors.Is(err, data.ErrNotFound) {
 		t.Errorf("J's record in a full ledger: %v, want none", err)

@@ -27,6 +27,10 @@ func (p *Pool) fetch(ctx context.Context) {
 		if !ok {
 			return
 		}
+		// Jobs held for their records take their room back first.
+		if n -= p.held.charge(n); n == 0 {
+			continue
+		}
 		want, budget, alone := p.pullSize(n)
 		if want == 0 {
 			p.giveBack(n) // no byte room after all

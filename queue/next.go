@@ -13,6 +13,9 @@ import (
 	"github.com/jobq/jobq/handlers"
 )
 
+// minPullWait is the shortest wait of Next's pulls.
+const minPullWait = 100 * time.Millisecond
+
 // Next fetches one job from WORKER, waiting up to wait, and runs h on it
 // under the same exactly-once protocol as a pool worker: a job recorded done
 // is acked without running and Next fetches again. It reports whether h ran.
@@ -30,12 +33,14 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 	})
 	p.handler = counted
 	deadline := time.Now().Add(wait)
-	for !ran {
+	for first := true; !ran; first = false {
 		left := time.Until(deadline)
-		if left <= 0 {
+		if left <= 0 && !first {
 			return false, nil
 		}
-		msg, err := fetchOne(ctx, obj, left)
+		// A job that is waiting comes at once; a pull needs a wait of its
+		// own, so one with no wait (--wait 0) takes it too.
+		msg, err := fetchOne(ctx, obj, max(left, minPullWait))
 		if err != nil || msg == nil {
 			return false, err
 		}

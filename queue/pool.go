@@ -85,6 +85,7 @@ type Pool struct {
 	leasing bool
 
 	running     atomic.Bool
+	stopping    atomic.Bool  // Stop began: no handler starts any more
 	handling    atomic.Int64 // handlers running now, for InFlight
 	fetchCancel context.CancelFunc
 	workCancel  context.CancelFunc
@@ -92,6 +93,7 @@ type Pool struct {
 	finished    chan struct{}
 	sweeping    sync.WaitGroup
 	recording   sync.WaitGroup // keepRecording, which the acker waits for
+	held        held           // jobs in keepRecording, and the room they take
 	stopOnce    sync.Once
 }
 
@@ -248,9 +250,10 @@ func (p *Pool) Start(ctx context.Context) error {
 // Running reports whether the pool is started and not stopping.
 func (p *Pool) Running() bool { return p.running.Load() }
 
-// Stop stops fetching, waits for jobs in flight until ctx ends, then
-// cancels their handlers and waits for them to record their outcome. Jobs
-// cut off this way are released for redelivery, as resumed attempts.
+// Stop stops fetching and starting jobs: those fetched and not started are
+// handed back as they were. It waits for the running jobs until ctx ends,
+// then cancels their handlers and waits for them to record their outcome.
+// Jobs cut off this way are released for redelivery, as resumed attempts.
 func (p *Pool) Stop(ctx context.Context) error {
 	if p.fetchCancel == nil {
 		return nil
@@ -258,6 +261,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	var err error
 	p.stopOnce.Do(func() {
 		p.running.Store(false)
+		p.stopping.Store(true)
 		p.log.Info().Msg("stop fetching jobs")
 		p.fetchCancel()
 		<-p.fetchDone
@@ -335,9 +339,16 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	if err := it.write.Wait(opCtx); err != nil {
+	err = it.write.Wait(opCtx)
+	if err != nil && !errors.Is(err, data.ErrClaimLost) {
+		err = p.recordAgain(opCtx, it, err)
+	}
+	if err != nil {
 		p.recordFailed(msg, job, err, *p.jobLog(job))
-		return nil
+		if errors.Is(err, data.ErrClaimLost) {
+			return nil // another holder's record decides
+		}
+		return fmt.Errorf("job %s ran, but its done record could not be stored within %s: %w; it is released and will run again, as a resumed attempt", job.ID, opTimeout, err)
 	}
 	p.cfg.Metrics.jobCompleted(job.Subject)
 	p.observe(job, data.StateDone, it.took, nil)
@@ -429,8 +440,8 @@ func (p *Pool) runAll(ctx context.Context) {
 // runOne runs one claimed job and records a failure. It reports whether the
 // job succeeded and its completion is on its way (for the acker).
 func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
-	if ctx.Err() != nil {
-		// Claimed, but shutdown came before a worker: hand it back.
+	if ctx.Err() != nil || p.stopping.Load() {
+		// Fetched, but shutdown came before a worker: hand it back.
 		p.beats.remove(it)
 		p.releaseUnstarted(it)
 		return false
@@ -590,42 +601,113 @@ func (p *Pool) completed(it *inflight, err error) {
 	}
 }
 
-// keepRecording retries the completion write of a job whose handler
-// succeeded and whose record the ledger refused or did not answer (a full
-// store, a bucket leader moving), holding the job with InProgress
-// meanwhile. Released instead, as before, the job would run again once
-// per delivery, and after its last one be dead-lettered though it
-// succeeded. It gives up, leaving the job for redelivery, once the pool's
-// jobs are cut off at shutdown (ctx), or if another holder's record
-// replaced the claim.
+// keepRecording holds a job whose handler succeeded and whose record the
+// ledger refused or did not answer (a full store, a bucket leader moving),
+// until the record is stored (see recordAgain), then acks it. Released
+// instead, as before, the job would run again once per delivery, and after
+// its last one be dead-lettered though it succeeded. It gives up, leaving
+// the job for redelivery, once the pool's jobs are cut off at shutdown
+// (ctx), or if another holder's record replaced the claim.
+//
+// A held job counts against the pool's room again (see held): so a pool
+// whose ledger refuses records stops fetching once its room is held, rather
+// than run more jobs it cannot record.
 func (p *Pool) keepRecording(ctx context.Context, it *inflight, err error) {
+	p.held.add()
+	if err = p.recordAgain(ctx, it, err); err == nil {
+		p.jobLog(it.job).Info().Msg("job done recorded after retries")
+	}
+	p.held.done(p.tokens)
+	p.completed(it, err)
+}
+
+// held counts the jobs held for their records (see keepRecording), which
+// gave their room back when their handlers succeeded (see giveRoomBack),
+// and takes room back for them: the fetcher hands in the tokens it takes
+// while some are owed (see charge). Tokens so kept out are returned as
+// held jobs end.
+type held struct {
+	mu      sync.Mutex
+	owed    int // held jobs no token was kept out for yet
+	charged int // tokens kept out for held jobs
+}
+
+func (h *held) add() {
+	h.mu.Lock()
+	h.owed++
+	h.mu.Unlock()
+}
+
+// done ends one held job: it returns a token kept out for it to tokens.
+func (h *held) done(tokens chan<- struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.owed > 0 {
+		h.owed--
+		return
+	}
+	h.charged--
+	tokens <- struct{}{} // has room: the token was taken from it
+}
+
+// charge keeps up to n of the fetcher's tokens out for the held jobs that
+// owe them, and returns how many it kept.
+func (h *held) charge(n int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := min(n, h.owed)
+	h.owed -= k
+	h.charged += k
+	return k
+}
+
+// recordAgain writes the record of a job whose handler succeeded once
+// more, after its write failed with err, and again with a growing pause,
+// until the record is stored, another holder's record replaced the claim
+// (data.ErrClaimLost), or ctx ends; it returns the last write's error.
+// Meanwhile the job gets its heartbeats, as a running job does: InProgress,
+// so that it is not redelivered, and the renewal of its claim, if it has
+// one, so that a copy of it is not claimed elsewhere.
+func (p *Pool) recordAgain(ctx context.Context, it *inflight, err error) error {
 	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
 	beat := p.cfg.heartbeat()
-	var lastBeat time.Time // its heartbeats stopped when the handler returned
-	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		log.Warn().Err(err).Dur("retry_in", backoff).Msg("record job done: retrying, the job held meanwhile")
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			p.completed(it, err)
-			return
-		}
-		if time.Since(lastBeat) >= beat {
-			lastBeat = time.Now()
+	// Each write is bounded so that no heartbeat comes later than two
+	// thirds of the ack wait after the one before.
+	opWait := min(opTimeout, beat/2)
+	nextBeat := time.Now() // its heartbeats stopped when the handler returned
+	backoff := 50 * time.Millisecond
+	retryAt := time.Now().Add(backoff)
+	for failures, logged := 1, 0; ; {
+		if now := time.Now(); !now.Before(nextBeat) {
+			nextBeat = now.Add(beat)
 			if err := it.msg.InProgress(); err != nil {
 				log.Warn().Err(err).Msg("heartbeat to server")
 			}
-		}
-		// Bounded so that the next InProgress goes out in time.
-		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(opTimeout, beat/2))
-		err = it.write.Again(opCtx)
-		cancel()
-		if err == nil || errors.Is(err, data.ErrClaimLost) {
-			if err == nil {
-				log.Info().Msg("job done recorded after retries")
+			if !it.unclaimed && it.claim.Revision != 0 {
+				opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opWait)
+				_ = p.ledger.Renew(opCtx, &it.claim) // if refused, the next write tells
+				cancel()
 			}
-			p.completed(it, err)
-			return
+		}
+		if !time.Now().Before(retryAt) {
+			opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opWait)
+			err = it.write.Again(opCtx)
+			cancel()
+			if err == nil || errors.Is(err, data.ErrClaimLost) {
+				return err
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			retryAt = time.Now().Add(backoff)
+			failures++
+		}
+		if failures != logged && failures&(failures-1) == 0 { // the 1st, 2nd, 4th, 8th... failure
+			logged = failures
+			log.Warn().Err(err).Int("failures", failures).Dur("retry_in", time.Until(retryAt)).Msg("record job done: retrying, the job held meanwhile")
+		}
+		select {
+		case <-time.After(max(min(time.Until(nextBeat), time.Until(retryAt)), 0)):
+		case <-ctx.Done():
+			return err
 		}
 	}
 }

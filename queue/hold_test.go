@@ -1,0 +1,116 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/queue"
+)
+
+// A job held for its refused done record gets InProgress often enough that
+// WORKER never redelivers it, however long the ledger stays full: the
+// retries' growing pause (up to 5s) does not space its heartbeats past an
+// ack wait of 3s.
+func TestHeldJobIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxDeliver: 3, AckWait: 3 * time.Second})
+	started, finish := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c := newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+		once.Do(func() { close(started) })
+		<-finish
+		return nil
+	}))
+	b.enqueue(t, "job.x", "J", "x")
+	<-started
+	setLedgerFull(t, b, true)
+	close(finish)
+
+	maxRedelivered := 0
+	for end := time.Now().Add(9 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		maxRedelivered = max(maxRedelivered, b.status(t).Consumer.Redelivered)
+	}
+	if maxRedelivered != 0 {
+		t.Errorf("J was redelivered while held for its record (%d redelivered): its heartbeats lapsed past the ack wait", maxRedelivered)
+	}
+	setLedgerFull(t, b, false)
+	b.waitDrained(t)
+	c.wantOnce(t, "J")
+}
+
+// A job with a record of its own (claimed first) whose handler succeeded on
+// its last delivery, and whose done record the ledger refuses, is held, and
+// not dead-lettered meanwhile: it succeeded.
+func TestHeldClaimedJobIsNotDeadLetteredOnItsLastDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1, AckWait: 3 * time.Second})
+	// J has a record of an earlier attempt that failed: it is claimed first.
+	l := data.NewLedger(b.obj.Ledger, time.Minute, nil)
+	cl, err := l.Claim(ctx, &data.Job{ID: "J", Subject: "job.x", Seq: 1000, Attempt: 1}, "earlier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Retry(ctx, &cl, time.Millisecond, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	started, finish := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c := newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+		once.Do(func() { close(started) })
+		<-finish
+		return nil
+	}))
+	b.enqueue(t, "job.x", "J", "x")
+	<-started
+	setDiscardNewPerSubject(t, b, true) // the ledger refuses J's done record
+	close(finish)
+
+	time.Sleep(9 * time.Second)
+	if st := b.status(t); st.DLQ.Messages != 0 {
+		t.Errorf("DLQ holds %d dead letters while J, which succeeded, was held for its record; want none", st.DLQ.Messages)
+	}
+	setDiscardNewPerSubject(t, b, false)
+	b.waitState(t, "J", data.StateDone)
+	if st := b.status(t); st.DLQ.Messages != 0 {
+		t.Errorf("DLQ holds %d dead letters after J's done record was stored; want none", st.DLQ.Messages)
+	}
+	c.wantOnce(t, "J")
+}
+
+// Jobs held for their records keep to the pool's bound on jobs delivered
+// and not acked (twice Workers+Prefetch, see NewPool and Config.Prefetch):
+// a pool whose ledger refuses records stops pulling and running jobs it
+// cannot record, rather than take up to WORKER's MaxAckPending of them.
+func TestHeldJobsKeepToThePoolsRoom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 1, Prefetch: 1, AckWait: 30 * time.Second})
+	first, finish := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c := newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+		once.Do(func() { close(first) })
+		<-finish
+		return nil
+	}))
+	b.enqueue(t, "job.x", "J0", "x")
+	<-first
+	setLedgerFull(t, b, true)
+	close(finish)
+	for i := 1; i < 12; i++ {
+		b.enqueue(t, "job.x", fmt.Sprintf("J%d", i), "x")
+	}
+	time.Sleep(3 * time.Second)
+	bound := 2 * (1 + 1)
+	if got := b.status(t).Consumer.AckPending; got > bound {
+		t.Errorf("%d jobs delivered and not acked with the ledger full, want at most %d (twice the pool's room)", got, bound)
+	}
+	setLedgerFull(t, b, false)
+	b.waitDrained(t)
+}
