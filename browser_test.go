@@ -90,10 +90,7 @@ func TestDashboardBrowser(t *testing.T) {
 	// The page reloads itself only once an hour here, so no reload races
 	// the test's clicks.
 	dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: rec, Refresh: time.Hour, Log: log})
-	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, dashboard.Auth{}, log)
-	if err != nil {
-		t.Fatalf("start http: %v", err)
-	}
+	hs := startHTTP(listenLocal(t), obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, dashboard.Auth{}, log)
 	t.Cleanup(func() { hs.Shutdown(context.Background()) })
 	base := "http://" + hs.Addr
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -39,10 +40,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		defer cancel()
 		pool.Stop(ctx)
 	})
-	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), nil, dashboard.Auth{}, log)
-	if err != nil {
-		t.Fatalf("start http: %v", err)
-	}
+	hs := startHTTP(listenLocal(t), obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), nil, dashboard.Auth{}, log)
 	t.Cleanup(func() { hs.Shutdown(context.Background()) })
 	base := "http://" + hs.Addr
 
@@ -159,12 +157,19 @@ func servedWithDashboard(t *testing.T, auth dashboard.Auth) (base string, obj *q
 		pool.Stop(ctx)
 	})
 	dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: rec, Auth: auth, Log: log})
-	hs, err := startHTTP("127.0.0.1:0", obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, auth, log)
-	if err != nil {
-		t.Fatalf("start http: %v", err)
-	}
+	hs := startHTTP(listenLocal(t), obj, pool, srv.StoreErr, reg, srv.MonitorHandlers(), dash, auth, log)
 	t.Cleanup(func() { hs.Shutdown(context.Background()) })
 	return "http://" + hs.Addr, obj
+}
+
+// listenLocal listens on a free loopback port, as serve does for --http.
+func listenLocal(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
 
 func doHTTP(t *testing.T, method, u, host string, body io.Reader, header ...string) (*http.Response, string) {

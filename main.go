@@ -341,8 +341,11 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
 		HideVersion:          true,
-		ExitErrHandler:       func(*cli.Context, error) {}, // run decides the exit status
-		OnUsageError:         onUsage,
+		// A --handler command or URL, or a -H value, may hold commas: one
+		// flag is one value.
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*cli.Context, error) {}, // run decides the exit status
+		OnUsageError:              onUsage,
 		Commands: []*cli.Command{
 			serveCommand(),
 			enqueueCommand(),
@@ -589,14 +592,14 @@ func routes(c *cli.Context, log zerolog.Logger) (*handlers.Router, error) {
 	for _, route := range c.StringSlice("handler") {
 		pattern, spec, err := handlers.ParseRoute(route)
 		if err != nil {
-			return nil, usageError{fmt.Errorf("--handler %q: %w", route, err)}
+			return nil, usageError{fmt.Errorf("--handler %q: %w", handlers.RedactRoute(route), err)}
 		}
 		h, err := handlers.ParseSpec(spec, log.With().Str("component", "handler").Logger())
 		if err != nil {
-			return nil, usageError{fmt.Errorf("--handler %q: %w", route, err)}
+			return nil, usageError{fmt.Errorf("--handler %q: %w", handlers.RedactRoute(route), err)}
 		}
 		if err := r.Handle(pattern, h); err != nil {
-			return nil, usageError{fmt.Errorf("--handler %q: %w", route, err)}
+			return nil, usageError{fmt.Errorf("--handler %q: %w", handlers.RedactRoute(route), err)}
 		}
 	}
 	if c.Bool("demo") {
@@ -636,8 +639,25 @@ func serve(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// --http listens first: a serve that cannot start takes no job.
+	var httpLn net.Listener
+	if addr := c.String("http"); addr != "" {
+		if httpLn, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
+		}
+		defer httpLn.Close() // if serving never starts
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A stop signal during start-up ends it, as one later would: not a
+	// failure.
+	interrupted := func(err error) error {
+		if ctx.Err() != nil {
+			log.Info().Err(err).Msg("stopped during start-up")
+			return nil
+		}
+		return err
+	}
 
 	var nc *nats.Conn
 	var dial func() (*nats.Conn, error)     // another connection, for the workers
@@ -652,7 +672,7 @@ func serve(c *cli.Context) (err error) {
 	} else {
 		srv, err := server.Start(ctx, sc)
 		if err != nil {
-			return err
+			return interrupted(err)
 		}
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -684,7 +704,7 @@ func serve(c *cli.Context) (err error) {
 	}
 	obj, err := queue.Provision(ctx, js, qc, log)
 	if err != nil {
-		return err
+		return interrupted(err)
 	}
 	qc = obj.Config
 	reg.MustRegister(queue.NewStatusCollector(obj, 0))
@@ -704,7 +724,7 @@ func serve(c *cli.Context) (err error) {
 		}
 		wobj, err := obj.Bind(ctx, wjs)
 		if err != nil {
-			return err
+			return interrupted(err)
 		}
 		pool = queue.NewPool(wobj, router, log)
 		if err := pool.Start(context.WithoutCancel(ctx)); err != nil {
@@ -715,13 +735,10 @@ func serve(c *cli.Context) (err error) {
 		log.Info().Msg("no --handler given: serving as a broker; external workers fetch from WORKER")
 	}
 
-	if addr := c.String("http"); addr != "" {
+	if httpLn != nil {
 		auth := dashboard.Auth{Token: c.String("token"), User: c.String("user"), Password: c.String("password")}
 		dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: recorder, Auth: auth, Log: log.With().Str("component", "dashboard").Logger()})
-		hs, err := startHTTP(addr, obj, pool, storeErr, reg, monitor, dash, auth, log)
-		if err != nil {
-			return err
-		}
+		hs := startHTTP(httpLn, obj, pool, storeErr, reg, monitor, dash, auth, log)
 		defer func() {
 			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -798,11 +815,7 @@ func newMetrics() (*prometheus.Registry, *queue.Metrics) {
 // handlers (nats-server's /varz and /jsz; nil with an external server) and
 // the dashboard (nil: none) on addr until the returned server is shut down.
 // All but /healthz and /readyz require auth when it is enabled.
-func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func() error, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
-	}
+func startHTTP(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr func() error, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	writeJSON := func(w http.ResponseWriter, code int, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -863,7 +876,7 @@ func startHTTP(addr string, obj *queue.Objects, pool *queue.Pool, storeErr func(
 		}
 	}()
 	log.Info().Str("http", ln.Addr().String()).Str("dashboard", "http://"+ln.Addr().String()+"/").Msg("health endpoints ready")
-	return hs, nil
+	return hs
 }
 
 // loopbackHostOnly refuses requests to a loopback listener without

@@ -112,13 +112,15 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 		return fmt.Errorf("start command: %w", err)
 	}
 	err := cmd.Wait()
-	g.done()
+	canceled := g.done(ctx)
 
 	if err == nil {
 		return nil
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("run command: %w", ctxErr)
+	if canceled {
+		// Stopped by ctx. One that ended after the command exited, while
+		// Wait waited for its output, leaves the exit status to decide.
+		return fmt.Errorf("run command: %w", ctx.Err())
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

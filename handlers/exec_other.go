@@ -3,6 +3,7 @@
 package handlers
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"time"
@@ -14,7 +15,9 @@ type groupKiller struct{}
 
 func killGroupOnCancel(*exec.Cmd, time.Duration) *groupKiller { return &groupKiller{} }
 
-func (*groupKiller) done() {}
+// done reports whether ctx ended, which here cannot be told from ctx
+// ending after the command exited.
+func (*groupKiller) done(ctx context.Context) bool { return ctx.Err() != nil }
 
 // exitCode returns the exit status in ps.
 func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }

@@ -3,6 +3,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -47,9 +48,10 @@ func killGroupOnCancel(cmd *exec.Cmd, delay time.Duration) *groupKiller {
 	return g
 }
 
-// done stops the kill timer. If the command was cancelled, it kills what is
-// left of its group, so nothing the job started outlives Process.
-func (g *groupKiller) done() {
+// done stops the kill timer and reports whether the command was cancelled
+// while it ran. If it was, it kills what is left of its group, so nothing
+// the job started outlives Process.
+func (g *groupKiller) done(context.Context) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.finished = true
@@ -59,6 +61,7 @@ func (g *groupKiller) done() {
 	if g.canceled {
 		_ = g.signal(syscall.SIGKILL)
 	}
+	return g.canceled
 }
 
 // signal sends sig to the command's process group. The caller holds g.mu.

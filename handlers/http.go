@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jobq/jobq/data"
 )
@@ -21,6 +22,11 @@ const (
 	// httpDrainMax bounds how much of a response body is read to let its
 	// connection be reused.
 	httpDrainMax = 64 << 10
+	// httpBodyWait bounds the time spent reading a response body once the
+	// status is in.
+	httpBodyWait = time.Second
+	// httpStatusMax bounds how much of a status line an error shows.
+	httpStatusMax = 64
 	// httpMaxRedirects bounds the 307 and 308 redirects the default client
 	// follows.
 	httpMaxRedirects = 10
@@ -112,9 +118,13 @@ func (h *httpHandler) Process(ctx context.Context, job *data.Job) error {
 		}
 		return fmt.Errorf("post %s: %w", h.safeURL, err)
 	}
+	// The outcome is known from here: a body that comes slowly, or never,
+	// may not hold the worker, so reading it gets a second.
+	stopReading := time.AfterFunc(httpBodyWait, func() { _ = resp.Body.Close() })
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainMax))
 		_ = resp.Body.Close()
+		stopReading.Stop()
 	}()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
@@ -141,7 +151,7 @@ func permanentStatus(code int) bool {
 // statusText returns resp's status as "404 Not Found".
 func statusText(resp *http.Response) string {
 	if s := strings.TrimSpace(resp.Status); s != "" {
-		return oneLine(s)
+		return oneLine(truncate(s, httpStatusMax))
 	}
 	return strconv.Itoa(resp.StatusCode)
 }
@@ -175,6 +185,36 @@ func redactURL(u *url.URL) string {
 	c.Fragment = ""
 	c.RawFragment = ""
 	return c.String()
+}
+
+// RedactRoute returns a --handler route (SUBJECT=SPEC) as an error may
+// show it: an http handler's URL without its user info and query, which
+// may hold secrets, even if the URL does not parse.
+func RedactRoute(route string) string {
+	pattern, spec, ok := strings.Cut(route, "=")
+	if !ok {
+		return route
+	}
+	kind, raw, ok := strings.Cut(strings.TrimSpace(spec), ":")
+	if !ok || kind != "http" && kind != "https" {
+		return route
+	}
+	if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+		return pattern + "=" + kind + ":" + redactURL(u)
+	}
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		raw = raw[:i]
+	}
+	if i := strings.Index(raw, "//"); i >= 0 {
+		host := raw[i+2:]
+		if end := strings.IndexByte(host, '/'); end >= 0 {
+			host = host[:end]
+		}
+		if at := strings.LastIndexByte(host, '@'); at >= 0 {
+			raw = raw[:i+2] + raw[i+2+at+1:]
+		}
+	}
+	return pattern + "=" + kind + ":" + raw
 }
 
 // headerSafe returns v, percent-encoded if net/http would reject it as a
