@@ -81,7 +81,7 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	d.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	d.FailedAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderFailedAt))
 	for k, v := range h {
-		if !strings.HasPrefix(k, "Jobq-") && !strings.HasPrefix(k, "Nats-") {
+		if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
 			d.Header[k] = v
 		}
 	}
