@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
@@ -76,17 +77,9 @@ func TestFullLedgerHoldsAFinishedJobUntilItIsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	started, finish := make(chan struct{}), make(chan struct{})
-	c := newCounter()
-	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
-		close(started)
-		<-finish
-		return nil
-	}))
-	b.enqueue(t, "job.x", "J", "x")
-	<-started
+	c, finish := b.runBlocked(t, "J")
 	setLedgerFull(t, b, true)
-	close(finish)
+	finish()
 
 	// Retries are refused over more than two ack waits: the job's
 	// heartbeats keep its only delivery alive meanwhile.
@@ -117,17 +110,10 @@ func TestFullLedgerHoldsAFinishedJobUntilItIsRecorded(t *testing.T) {
 // be rewritten.
 func setLedgerFull(t *testing.T, b *testBundle, full bool) {
 	t.Helper()
-	ctx := context.Background()
-	st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.MaxMsgs = -1
-	if full {
-		cfg.MaxMsgs = int64(st.CachedInfo().State.Msgs)
-	}
-	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("ledger full %v: %v", full, err)
-	}
+	b.editLedger(t, func(cfg *jetstream.StreamConfig, st jetstream.StreamState) {
+		cfg.MaxMsgs = -1
+		if full {
+			cfg.MaxMsgs = int64(st.Msgs)
+		}
+	})
 }

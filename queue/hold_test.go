@@ -18,18 +18,9 @@ import (
 func TestHeldJobIsNotRedelivered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{MaxDeliver: 3, AckWait: 3 * time.Second})
-	started, finish := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	c := newCounter()
-	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
-		once.Do(func() { close(started) })
-		<-finish
-		return nil
-	}))
-	b.enqueue(t, "job.x", "J", "x")
-	<-started
+	c, finish := b.runBlocked(t, "J")
 	setLedgerFull(t, b, true)
-	close(finish)
+	finish()
 
 	maxRedelivered := 0
 	for end := time.Now().Add(9 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
@@ -59,18 +50,9 @@ func TestHeldClaimedJobIsNotDeadLetteredOnItsLastDelivery(t *testing.T) {
 	if err := l.Retry(ctx, &cl, time.Millisecond, "boom"); err != nil {
 		t.Fatal(err)
 	}
-	started, finish := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	c := newCounter()
-	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
-		once.Do(func() { close(started) })
-		<-finish
-		return nil
-	}))
-	b.enqueue(t, "job.x", "J", "x")
-	<-started
+	c, finish := b.runBlocked(t, "J")
 	setDiscardNewPerSubject(t, b, true) // the ledger refuses J's done record
-	close(finish)
+	finish()
 
 	time.Sleep(9 * time.Second)
 	if st := b.status(t); st.DLQ.Messages != 0 {
@@ -91,18 +73,9 @@ func TestHeldClaimedJobIsNotDeadLetteredOnItsLastDelivery(t *testing.T) {
 func TestHeldJobsKeepToThePoolsRoom(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{Workers: 1, Prefetch: 1, AckWait: 30 * time.Second})
-	first, finish := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	c := newCounter()
-	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
-		once.Do(func() { close(first) })
-		<-finish
-		return nil
-	}))
-	b.enqueue(t, "job.x", "J0", "x")
-	<-first
+	_, finish := b.runBlocked(t, "J0")
 	setLedgerFull(t, b, true)
-	close(finish)
+	finish()
 	for i := 1; i < 12; i++ {
 		b.enqueue(t, "job.x", fmt.Sprintf("J%d", i), "x")
 	}
@@ -113,4 +86,22 @@ func TestHeldJobsKeepToThePoolsRoom(t *testing.T) {
 	}
 	setLedgerFull(t, b, false)
 	b.waitDrained(t)
+}
+
+// runBlocked starts a pool whose handlers wait for finish, enqueues id and
+// waits until its handler started; c counts the runs. finish lets every
+// handler return, this one's and those to come.
+func (b *testBundle) runBlocked(t *testing.T, id string) (c *counter, finish func()) {
+	t.Helper()
+	started, done := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c = newCounter()
+	b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+		once.Do(func() { close(started) })
+		<-done
+		return nil
+	}))
+	b.enqueue(t, "job.x", id, "x")
+	<-started
+	return c, func() { close(done) }
 }

@@ -168,6 +168,21 @@ func (b *testBundle) editJobs(t *testing.T, edit func(*jetstream.StreamConfig)) 
 	}
 }
 
+// editLedger changes the ledger bucket's stream configuration in place,
+// given the stream's state.
+func (b *testBundle) editLedger(t *testing.T, edit func(*jetstream.StreamConfig, jetstream.StreamState)) {
+	t.Helper()
+	st, err := b.js.Stream(context.Background(), "KV_"+queue.BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	edit(&cfg, st.CachedInfo().State)
+	if _, err := b.js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatalf("edit %s: %v", "KV_"+queue.BucketProcessed, err)
+	}
+}
+
 // editWorker changes WORKER's configuration in place, as nats consumer edit
 // does.
 func (b *testBundle) editWorker(t *testing.T, edit func(*jetstream.ConsumerConfig)) {
@@ -1574,16 +1589,7 @@ func TestCopyAfterALostLeaseIsResumed(t *testing.T) {
 // writes to keys that exist, such as lease renewals.
 func setDiscardNewPerSubject(t *testing.T, b *testBundle, on bool) {
 	t.Helper()
-	ctx := context.Background()
-	st, err := b.js.Stream(ctx, "KV_"+queue.BucketProcessed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.DiscardNewPerSubject = on
-	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("discard new per subject %v: %v", on, err)
-	}
+	b.editLedger(t, func(cfg *jetstream.StreamConfig, _ jetstream.StreamState) { cfg.DiscardNewPerSubject = on })
 }
 
 func TestLeasedJobRecordsWhenItStarted(t *testing.T) {
