@@ -572,8 +572,9 @@ func (p *Pool) releaseUnstarted(it *inflight) {
 // the writes do not end with it: each write's future times out by itself.
 func (p *Pool) ackAll(ctx context.Context) {
 	defer p.recording.Wait()
+	waitCtx := context.WithoutCancel(ctx)
 	for it := range p.dones {
-		err := it.write.Wait(context.WithoutCancel(ctx))
+		err := it.write.Wait(waitCtx)
 		if err != nil && !errors.Is(err, data.ErrClaimLost) && ctx.Err() == nil {
 			p.recording.Go(func() { p.keepRecording(ctx, it, err) })
 			continue
