@@ -90,7 +90,21 @@ func (l *Ledger) DoneAsync(c *Claim, took time.Duration) (*PendingWrite, error) 
 }
 
 // Wait waits for the write; ErrClaimLost means another worker holds the job.
+// A write the ledger refused or did not answer is tried once more (see
+// Again).
 func (pw *PendingWrite) Wait(ctx context.Context) error {
+	err := pw.WaitOnce(ctx)
+	if err == nil || errors.Is(err, ErrClaimLost) || pw.ack == nil {
+		return err
+	}
+	// Lost on the way or refused: try once more, synchronously.
+	return pw.Again(ctx)
+}
+
+// WaitOnce waits for the write's answer only. An error other than
+// ErrClaimLost means that the ledger refused the write or did not answer;
+// Again decides then.
+func (pw *PendingWrite) WaitOnce(ctx context.Context) error {
 	if pw.ack == nil {
 		return pw.l.update(ctx, pw.c, pw.next)
 	}
@@ -101,27 +115,41 @@ func (pw *PendingWrite) Wait(ctx context.Context) error {
 		return nil
 	case isWrongLastSeq(err):
 		return fmt.Errorf("record job %s %s: %w: %w", pw.next.ID, pw.next.State, ErrClaimLost, err)
-	default:
-		// Lost on the way or refused: try once more, synchronously.
-		return pw.Again(ctx)
 	}
+	return fmt.Errorf("record job %s %s: %w", pw.next.ID, pw.next.State, err)
 }
 
-// Again writes the record once more, synchronously, after Wait failed with
-// an error other than ErrClaimLost: the ledger refused the write or did
-// not answer. A write whose answer was lost may have landed, so a stored
-// record that is this very write counts as written.
+// Again writes the record once more, synchronously, after WaitOnce failed
+// with an error other than ErrClaimLost: the ledger refused the write or
+// did not answer. A write whose answer was lost may have landed, so a
+// stored record that is this very write counts as written; and one that is
+// the claim's own renewal, whose answer was lost, is written over.
 func (pw *PendingWrite) Again(ctx context.Context) error {
 	err := pw.l.update(ctx, pw.c, pw.next)
 	if !errors.Is(err, ErrClaimLost) {
 		return err
 	}
 	entry, gerr := pw.l.kv.Get(ctx, pw.c.Key)
-	if gerr != nil || !bytes.Equal(entry.Value(), pw.next.encode()) {
+	switch {
+	case gerr != nil:
+		return err
+	case bytes.Equal(entry.Value(), pw.next.encode()):
+		pw.c.Revision, pw.c.Record = entry.Revision(), pw.next
+		return nil
+	}
+	rec, derr := decodeRecord(entry.Value())
+	if derr != nil || !renewalOf(rec, pw.c.Record) {
 		return err
 	}
-	pw.c.Revision, pw.c.Record = entry.Revision(), pw.next
-	return nil
+	pw.c.Revision, pw.c.Record = entry.Revision(), rec
+	return pw.l.update(ctx, pw.c, pw.next)
+}
+
+// renewalOf reports whether rec is claim's record renewed: the same but for
+// when it ends.
+func renewalOf(rec, claim Record) bool {
+	rec.LeaseUntil = claim.LeaseUntil
+	return rec.State == StateRunning && bytes.Equal(rec.encode(), claim.encode())
 }
 
 // publish starts a compare-and-set write of rec under key, expecting the

@@ -92,7 +92,7 @@ func (h *heartbeats) loseLeased(cause error) {
 	defer h.mu.Unlock()
 	for it := range h.jobs {
 		it.mu.Lock()
-		if it.unclaimed {
+		if it.unclaimed && !it.recording {
 			it.lose(cause)
 		}
 		it.mu.Unlock()
@@ -109,7 +109,7 @@ func (h *heartbeats) loseLapsedClaims(p *Pool, now time.Time) {
 	defer h.mu.Unlock()
 	for it := range h.jobs {
 		it.mu.Lock()
-		if !it.unclaimed && it.claim.Revision > 0 && !now.Before(p.claimGiveUpAt(&it.claim)) {
+		if !it.recording && !it.unclaimed && it.claim.Revision > 0 && !now.Before(p.claimGiveUpAt(&it.claim)) {
 			it.lose(claimLapsed(&it.claim, nil))
 		}
 		it.mu.Unlock()
@@ -152,8 +152,8 @@ func (p *Pool) keepAlive(it *inflight) {
 func (p *Pool) renew(ctx context.Context, it *inflight) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed || p.cfg.NoLedger || it.claim.Revision == 0 {
-		return // no claim to renew (yet)
+	if it.closed || it.recording || p.cfg.NoLedger || it.claim.Revision == 0 {
+		return // no claim to renew (yet, or any more)
 	}
 	giveUp := p.claimGiveUpAt(&it.claim)
 	deadline := time.Now().Add(opTimeout)

@@ -125,6 +125,11 @@ type inflight struct {
 	// roomBack: its handler succeeded and it gave its room in the pool
 	// back; it waits only for its record and its ack (see runAll).
 	roomBack bool
+	// recording: its handler succeeded and its done record is on its way
+	// (guarded by mu). The heartbeat loop sends its InProgress still, but
+	// neither renews nor gives up its claim or lease: the claim is its
+	// worker's alone, and there is no handler to stop.
+	recording bool
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -339,12 +344,13 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	err = it.write.Wait(opCtx)
+	err = it.write.WaitOnce(opCtx)
+	p.beats.remove(it)
 	if err != nil && !errors.Is(err, data.ErrClaimLost) {
 		err = p.recordAgain(opCtx, it, err)
 	}
 	if err != nil {
-		p.recordFailed(msg, job, err, *p.jobLog(job))
+		p.unrecorded(it, err)
 		if errors.Is(err, data.ErrClaimLost) {
 			return nil // another holder's record decides
 		}
@@ -479,7 +485,15 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	p.handling.Add(-1)
 	it.took = time.Since(start)
 	p.cfg.Metrics.jobHandled(it.job.Subject, it.took)
-	p.beats.remove(it) // from here the claim is this worker's alone
+	if herr == nil && !p.cfg.NoLedger {
+		// Its InProgress goes on until its record is confirmed (see
+		// completed), in case that takes long.
+		it.mu.Lock()
+		it.recording, it.cancel = true, nil
+		it.mu.Unlock()
+	} else {
+		p.beats.remove(it) // from here the claim is this worker's alone
+	}
 
 	switch {
 	case herr == nil && p.cfg.NoLedger:
@@ -492,6 +506,7 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	case herr == nil:
 		w, err := p.ledger.DoneAsync(&it.claim, it.took)
 		if err != nil {
+			p.beats.remove(it)
 			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
 			return false
 		}
@@ -574,7 +589,7 @@ func (p *Pool) ackAll(ctx context.Context) {
 	defer p.recording.Wait()
 	waitCtx := context.WithoutCancel(ctx)
 	for it := range p.dones {
-		err := it.write.Wait(waitCtx)
+		err := it.write.WaitOnce(waitCtx)
 		if err != nil && !errors.Is(err, data.ErrClaimLost) && ctx.Err() == nil {
 			p.recording.Go(func() { p.keepRecording(ctx, it, err) })
 			continue
@@ -586,12 +601,13 @@ func (p *Pool) ackAll(ctx context.Context) {
 // completed acks a job whose completion is stored (err is nil), or leaves
 // it to be redelivered.
 func (p *Pool) completed(it *inflight, err error) {
+	p.beats.remove(it) // no heartbeat may follow the ack or release
 	defer p.release(it)
 	if err != nil {
 		it.mu.Lock()
 		it.superseded = errors.Is(err, data.ErrClaimLost)
 		it.mu.Unlock()
-		p.recordFailed(it.msg, it.job, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
+		p.unrecorded(it, err)
 		return
 	}
 	p.cfg.Metrics.jobCompleted(it.job.Subject)
@@ -614,6 +630,7 @@ func (p *Pool) completed(it *inflight, err error) {
 // whose ledger refuses records stops fetching once its room is held, rather
 // than run more jobs it cannot record.
 func (p *Pool) keepRecording(ctx context.Context, it *inflight, err error) {
+	p.beats.remove(it) // recordAgain sends its heartbeats
 	p.held.add()
 	if err = p.recordAgain(ctx, it, err); err == nil {
 		p.jobLog(it.job).Info().Msg("job done recorded after retries")
@@ -767,6 +784,26 @@ func (p *Pool) recordFailed(msg jetstream.Msg, job *data.Job, err error, log zer
 	}
 	log.Error().Err(err).Msg("record job outcome: job will be redelivered")
 	p.nak(msg, p.cfg.backoff(job.Attempt), log)
+}
+
+// unrecorded releases a job whose handler succeeded and whose done record
+// could not be stored, as recordFailed does, but not before its lease or
+// claim ends: a redelivery while one holds it would be handed back and
+// spend a delivery, and after its last one the job, which succeeded, would
+// be dead-lettered.
+func (p *Pool) unrecorded(it *inflight, err error) {
+	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
+	if errors.Is(err, data.ErrClaimLost) {
+		log.Warn().Err(err).Msg("claim lost before the outcome was recorded: outcome left to the new holder")
+		return
+	}
+	held := it.claim.Record.LeaseUntil
+	if _, leased, until := p.lease.find(data.Key(it.job.ID)); it.unclaimed && leased {
+		held = until
+	}
+	delay := max(p.cfg.backoff(it.job.Attempt), time.Until(held)+time.Second)
+	log.Error().Err(err).Dur("retry_in", delay).Msg("record job outcome: job will be redelivered")
+	p.nak(it.msg, delay, log)
 }
 
 // run calls the handler with a timeout and panic recovery. The heartbeat
