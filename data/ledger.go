@@ -157,10 +157,19 @@ func (l *Ledger) Release(ctx context.Context, c *Claim) error {
 	return l.update(ctx, c, next)
 }
 
-// Renew extends c's lease from now.
+// Renew extends c's lease from now. An earlier renewal of c's that landed,
+// though its answer was lost, is written over.
 func (l *Ledger) Renew(ctx context.Context, c *Claim) error {
 	next := c.Record
 	next.LeaseUntil = time.Now().UTC().Add(l.lease)
+	err := l.update(ctx, c, next)
+	if !errors.Is(err, ErrClaimLost) {
+		return err
+	}
+	// An earlier renewal whose answer was lost may have landed.
+	if entry, gerr := l.kv.Get(ctx, c.Key); gerr != nil || !adoptRenewal(c, entry) {
+		return err
+	}
 	return l.update(ctx, c, next)
 }
 

@@ -121,11 +121,17 @@ func (pw *PendingWrite) WaitOnce(ctx context.Context) error {
 
 // Again writes the record once more, synchronously, after WaitOnce failed
 // with an error other than ErrClaimLost: the ledger refused the write or
-// did not answer. A write whose answer was lost may have landed, so a
-// stored record that is this very write counts as written; and one that is
-// the claim's own renewal, whose answer was lost, is written over.
+// did not answer. A write whose answer was lost may have landed (see
+// Recheck).
 func (pw *PendingWrite) Again(ctx context.Context) error {
-	err := pw.l.update(ctx, pw.c, pw.next)
+	return pw.Recheck(ctx, pw.l.update(ctx, pw.c, pw.next))
+}
+
+// Recheck looks at the record that made the write fail with err, if err
+// wraps ErrClaimLost: one that is this very write, whose answer was lost,
+// counts as written; one that is the claim's own renewal, whose answer was
+// lost, is written over. Any other record is another holder's: err stands.
+func (pw *PendingWrite) Recheck(ctx context.Context, err error) error {
 	if !errors.Is(err, ErrClaimLost) {
 		return err
 	}
@@ -136,13 +142,21 @@ func (pw *PendingWrite) Again(ctx context.Context) error {
 	case bytes.Equal(entry.Value(), pw.next.encode()):
 		pw.c.Revision, pw.c.Record = entry.Revision(), pw.next
 		return nil
-	}
-	rec, derr := decodeRecord(entry.Value())
-	if derr != nil || !renewalOf(rec, pw.c.Record) {
+	case !adoptRenewal(pw.c, entry):
 		return err
 	}
-	pw.c.Revision, pw.c.Record = entry.Revision(), rec
 	return pw.l.update(ctx, pw.c, pw.next)
+}
+
+// adoptRenewal reports whether entry is c's own renewal, whose answer was
+// lost, and if it is, takes its revision into c.
+func adoptRenewal(c *Claim, entry jetstream.KeyValueEntry) bool {
+	rec, err := decodeRecord(entry.Value())
+	if err != nil || !renewalOf(rec, c.Record) {
+		return false
+	}
+	c.Revision, c.Record = entry.Revision(), rec
+	return true
 }
 
 // renewalOf reports whether rec is claim's record renewed: the same but for

@@ -59,3 +59,39 @@ func TestAgainTakesItsOwnLandedWrite(t *testing.T) {
 		})
 	}
 }
+
+// A claim renewal whose answer was lost may have landed: the next renewal
+// writes over it, rather than take it for another holder's claim.
+func TestRenewWritesOverItsOwnLandedRenewal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "processed", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLedger(kv, time.Minute, nil)
+	c, err := l.Claim(ctx, &Job{ID: "J", Subject: "job.x", Seq: 1, Attempt: 1}, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	landed := c.Record
+	landed.LeaseUntil = landed.LeaseUntil.Add(time.Second)
+	if _, err := kv.Update(ctx, c.Key, landed.encode(), c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx, &c); err != nil {
+		t.Fatalf("Renew after its own renewal landed unanswered: %v, want it written over", err)
+	}
+	other := c.Record
+	other.Worker = "other"
+	if _, err := kv.Update(ctx, c.Key, other.encode(), c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx, &c); !errors.Is(err, ErrClaimLost) {
+		t.Errorf("Renew over another worker's claim: %v, want ErrClaimLost", err)
+	}
+}

@@ -162,6 +162,7 @@ func (p *Pool) renew(ctx context.Context, it *inflight) {
 	}
 	opCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
+	it.renewedTo = time.Now().Add(p.cfg.lease())
 	err := p.ledger.Renew(opCtx, &it.claim)
 	switch {
 	case errors.Is(err, data.ErrClaimLost):

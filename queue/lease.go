@@ -26,6 +26,7 @@ type lease struct {
 	last  uint64             // the sequence of this pool's last lease write
 	seen  uint64             // the highest check sequence a write rested on (see add)
 	until time.Time          // when the stored lease ends
+	sent  time.Time          // when the last lease written ends, if stored (see heldUntil)
 	wrote time.Time          // when it was last written
 	dirty bool               // jobs dropped since the last write
 	// gen counts the jobs dropped from the lease; dropped holds when each
@@ -354,12 +355,28 @@ func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra [
 		ls.Jobs = append(ls.Jobs, data.LeasedJob{Key: key, Seq: j.seq, Orphan: j.orphan})
 	}
 	ls.Jobs = append(ls.Jobs, extra...)
+	l.sent = ls.Until
 	seq, err := p.ledger.WriteLease(ctx, l.owner, ls, expect)
 	if err != nil {
 		return err
 	}
 	l.last, l.until, l.wrote, l.dirty = seq, ls.Until, now, false
 	return nil
+}
+
+// heldUntil is when the stored lease may end, if it lists key's job: a
+// write whose answer was lost may have stored a later end than the last
+// one answered. Zero if the lease does not list the job.
+func (l *lease) heldUntil(key string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.jobs[key] == nil {
+		return time.Time{}
+	}
+	if l.sent.After(l.until) {
+		return l.sent
+	}
+	return l.until
 }
 
 // done drops a job from the lease once its record is stored, or keeps it as

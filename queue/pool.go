@@ -130,6 +130,10 @@ type inflight struct {
 	// neither renews nor gives up its claim or lease: the claim is its
 	// worker's alone, and there is no handler to stop.
 	recording bool
+	// renewedTo is the end of the claim's last renewal sent, which may
+	// have landed though its answer was lost: the stored claim may end
+	// then, later than claim says (see unrecorded).
+	renewedTo time.Time
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -346,6 +350,9 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	defer cancel()
 	err = it.write.WaitOnce(opCtx)
 	p.beats.remove(it)
+	if errors.Is(err, data.ErrClaimLost) {
+		err = p.recheck(it, err)
+	}
 	if err != nil && !errors.Is(err, data.ErrClaimLost) {
 		err = p.recordAgain(opCtx, it, err)
 	}
@@ -590,6 +597,9 @@ func (p *Pool) ackAll(ctx context.Context) {
 	waitCtx := context.WithoutCancel(ctx)
 	for it := range p.dones {
 		err := it.write.WaitOnce(waitCtx)
+		if errors.Is(err, data.ErrClaimLost) {
+			err = p.recheck(it, err)
+		}
 		if err != nil && !errors.Is(err, data.ErrClaimLost) && ctx.Err() == nil {
 			p.recording.Go(func() { p.keepRecording(ctx, it, err) })
 			continue
@@ -616,6 +626,15 @@ func (p *Pool) completed(it *inflight, err error) {
 		// A lost ack is harmless: the redelivery finds the job done.
 		p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
 	}
+}
+
+// recheck looks at the record that made a job's done record fail with err,
+// a lost claim: it may be the claim's own renewal, whose answer was lost
+// (see PendingWrite.Recheck).
+func (p *Pool) recheck(it *inflight, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	return it.write.Recheck(ctx, err)
 }
 
 // keepRecording holds a job whose handler succeeded and whose record the
@@ -703,6 +722,7 @@ func (p *Pool) recordAgain(ctx context.Context, it *inflight, err error) error {
 			}
 			if !it.unclaimed && it.claim.Revision != 0 {
 				opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opWait)
+				it.renewedTo = time.Now().Add(p.cfg.lease())
 				_ = p.ledger.Renew(opCtx, &it.claim) // if refused, the next write tells
 				cancel()
 			}
@@ -798,8 +818,11 @@ func (p *Pool) unrecorded(it *inflight, err error) {
 		return
 	}
 	held := it.claim.Record.LeaseUntil
-	if _, leased, until := p.lease.find(data.Key(it.job.ID)); it.unclaimed && leased {
-		held = until
+	if it.renewedTo.After(held) {
+		held = it.renewedTo
+	}
+	if it.unclaimed {
+		held = p.lease.heldUntil(data.Key(it.job.ID))
 	}
 	delay := max(p.cfg.backoff(it.job.Attempt), time.Until(held)+time.Second)
 	log.Error().Err(err).Dur("retry_in", delay).Msg("record job outcome: job will be redelivered")
