@@ -1330,7 +1330,11 @@ func next(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	show := func(job *data.Job) error { return printJob(c, job) }
+	var printErr error // the job could not be printed: it is not done
+	show := func(job *data.Job) error {
+		printErr = printJob(c, job)
+		return printErr
+	}
 	var got bool
 	if c.Bool("no-ack") {
 		got, err = queue.Peek(c.Context, obj, c.Duration("wait"), show)
@@ -1341,6 +1345,9 @@ func next(c *cli.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if printErr != nil && !c.Bool("no-ack") {
+		return fmt.Errorf("print the job: %w; it is released to run again", printErr)
 	}
 	if !got {
 		return fmt.Errorf("no job on %s %s within %s", queue.StreamJob, queue.ConsumerWorker, c.Duration("wait"))
@@ -1360,7 +1367,7 @@ func printJob(c *cli.Context, job *data.Job) error {
 			Payload string              `json:"payload"`
 		}{job.ID, job.Subject, job.Seq, job.Attempt, job.Resumed, job.Header, string(job.Payload)})
 	}
-	w := c.App.Writer
+	w := &errWriter{w: c.App.Writer}
 	fmt.Fprintf(w, "id: %s\nsubject: %s\nseq: %d\nattempt: %d\n", job.ID, job.Subject, job.Seq, job.Attempt)
 	for k, vs := range job.Header {
 		for _, v := range vs {
@@ -1368,7 +1375,22 @@ func printJob(c *cli.Context, job *data.Job) error {
 		}
 	}
 	fmt.Fprintf(w, "\n%s\n", job.Payload)
-	return nil
+	return w.err
+}
+
+// errWriter keeps the first error of its writes.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(b)
+	e.err = err
+	return n, err
 }
 
 func statusCommand() *cli.Command {

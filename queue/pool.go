@@ -134,6 +134,9 @@ type inflight struct {
 	// have landed though its answer was lost: the stored claim may end
 	// then, later than claim says (see unrecorded).
 	renewedTo time.Time
+	// sendErr: its handler succeeded and its done record could not be
+	// sent (for jobq next, which reports it).
+	sendErr error
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -344,6 +347,9 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 		}
 	}
 	if !p.runOne(ctx, it) {
+		if it.sendErr != nil {
+			return fmt.Errorf("job %s ran, but its done record could not be sent: %w; it is released and will run again, as a resumed attempt", job.ID, it.sendErr)
+		}
 		return nil
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
@@ -514,6 +520,7 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 		w, err := p.ledger.DoneAsync(&it.claim, it.took)
 		if err != nil {
 			p.beats.remove(it)
+			it.sendErr = err
 			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
 			return false
 		}
