@@ -1707,6 +1707,12 @@ func dlqRetry(c *cli.Context) error {
 	results := []result{}
 	for _, d := range list {
 		ack, err := queue.RetryDeadLetter(c.Context, obj, d)
+		if err != nil && len(list) > 1 {
+			if c.Bool("json") {
+				printJSON(c.App.Writer, results) // what was retried before
+			}
+			return fmt.Errorf("retried %d of %d dead letters, then %s (dlq seq %d): %w; the rest stay in %s", len(results), len(list), d.ID, d.Seq, err, queue.StreamDLQ)
+		}
 		if err != nil {
 			return err
 		}

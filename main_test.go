@@ -1725,3 +1725,46 @@ func provisioned(t *testing.T, listen bool, cfg queue.Config) (*server.Server, *
 	}
 	return srv, obj
 }
+
+// dlq retry --all that fails part way says how far it got, and with --json
+// still lists the dead letters it re-enqueued; the rest stay in DLQ.
+func TestCLIDLQRetryAllThatFailsPartWay(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two dead letters: one of job.x, and one whose subject no stream
+	// takes any more, which cannot be re-enqueued.
+	for _, dl := range [][2]string{{"ok-1", "job.x"}, {"lost-1", "gone.x"}} {
+		m := nats.NewMsg(queue.SubjectDLQPrefix + dl[1])
+		m.Header.Set(queue.HeaderJobID, dl[0])
+		m.Header.Set(queue.HeaderSubject, dl[1])
+		m.Header.Set(nats.MsgIdHdr, "dl-"+dl[0])
+		m.Data = []byte("x")
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatalf("store dead letter %s: %v", dl[0], err)
+		}
+	}
+	r := s.jobq(t, "dlq", "retry", "--all", "--json")
+	var retried []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &retried); err != nil || len(retried) != 1 || retried[0].ID != "ok-1" {
+		t.Errorf("dlq retry --all --json: stdout %q (%v), want the one re-enqueued, ok-1", r.stdout, err)
+	}
+	if r.code != 1 || !strings.Contains(r.stderr, "retried 1 of 2 dead letters, then lost-1") {
+		t.Errorf("dlq retry --all: got %s, want exit 1 saying it retried 1 of 2 and then failed on lost-1", r)
+	}
+	var list []deadLetterOut
+	s.jobqJSON(t, &list, "dlq", "list")
+	if len(list) != 1 || list[0].ID != "lost-1" {
+		t.Errorf("dlq list after: got %+v, want lost-1 only", list)
+	}
+}
