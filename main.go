@@ -569,6 +569,13 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	if err := sc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}
 	}
+	for _, f := range []string{"tls-cert", "tls-key"} {
+		if name := c.String(f); name != "" {
+			if _, err := os.Stat(name); err != nil {
+				return server.Config{}, queue.Config{}, badUsage("--%s: %v", f, err)
+			}
+		}
+	}
 	return sc, qc, nil
 }
 

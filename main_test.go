@@ -1209,6 +1209,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "handler of unknown kind", args: []string{"serve", "--handler", "job.x=unknown:thing"}, want: []string{`unknown handler kind "unknown"`, "exec:COMMAND"}},
 		{name: "handler outside job", args: []string{"serve", "--handler", "foo.>=log"}, want: []string{`"foo.>"`}},
 		{name: "sync bogus", args: []string{"serve", "--sync", "bogus"}, want: []string{`--sync "bogus"`, "always"}},
+		{name: "tls cert missing", args: []string{"serve", "--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"}, want: []string{"--tls-cert", "cert.pem"}},
 		{name: "log level loud", args: []string{"serve", "--log-level", "loud"}, want: []string{`--log-level "loud"`, "debug"}},
 		{name: "log format", args: []string{"serve", "--log-format", "xml"}, want: []string{`--log-format "xml"`}},
 		{name: "serve with an argument", args: []string{"serve", "now"}, want: []string{"no arguments"}},
