@@ -635,3 +635,36 @@ func TestLeaseRecordOfOneLeaseDoesNotFreeAJobAnotherLeaseRuns(t *testing.T) {
 		t.Errorf("C, a copy of J while B's live lease runs it: leased %d, claimed first %d, later %d, released %d; want it released until B's lease ends", len(took), len(first), len(later), m.naked.Load())
 	}
 }
+
+// A sweep stops between jobs once the pool is stopping: Stop does not wait
+// for a sweep of many exhausted jobs, which the next start sweeps again.
+func TestSweepStopsWhenThePoolStops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{MaxDeliver: 1, AckWait: time.Second})
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "X"}); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := fetchOne(ctx, obj, 5*time.Second); err != nil || msg == nil {
+		t.Fatalf("fetch X: %v, %v", msg, err) // and never acked: its one delivery runs out
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := obj.Worker.Info(ctx)
+		if err == nil && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("X still pending after 10s: %v", err)
+		}
+	}
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
+	t.Cleanup(p.ledger.Close)
+	p.stopping.Store(true)
+	if n, err := p.sweep(ctx); n != 0 || err != nil {
+		t.Errorf("sweep of a stopping pool: moved %d, %v; want none", n, err)
+	}
+	p.stopping.Store(false)
+	if n, err := p.sweep(ctx); n != 1 || err != nil {
+		t.Errorf("sweep: moved %d, %v; want X", n, err)
+	}
+}

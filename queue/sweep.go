@@ -33,7 +33,7 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 	}
 	last := info.Delivered.Stream
 	moved := 0
-	for seq := uint64(1); seq <= last; {
+	for seq := uint64(1); seq <= last && !p.stopping.Load(); { // the next run, after a restart, goes on
 		m, err := p.obj.Jobs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectJobs))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
