@@ -1603,8 +1603,8 @@ func dlqCommand() *cli.Command {
 		},
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "list dead letters, oldest first", Flags: append(clientFlags(), &cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}), Action: dlqList},
-			{Name: "show", Usage: "show one dead letter with its payload", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: clientFlags(), Action: dlqShow},
-			{Name: "retry", Usage: "enqueue dead letters again and remove them from DLQ", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), &cli.BoolFlag{Name: "all", Usage: "retry every dead letter"}), Action: dlqRetry},
+			{Name: "show", Usage: "show one dead letter with its payload", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag()), Action: dlqShow},
+			{Name: "retry", Usage: "enqueue dead letters again and remove them from DLQ", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag(), &cli.BoolFlag{Name: "all", Usage: "retry every dead letter"}), Action: dlqRetry},
 			{Name: "purge", Usage: "delete every dead letter", Flags: clientFlags(), Action: dlqPurge},
 		},
 	}
@@ -1654,6 +1654,25 @@ func truncate(s string, n int) string {
 	return s[:n-1] + "…"
 }
 
+// idFlag makes dlq show and retry take their argument as a job ID, also
+// when it is a number (a DLQ sequence otherwise).
+func idFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "by-id", Usage: "the argument is a job ID, also if it is a number"}
+}
+
+// findDeadLetter finds the dead letter c's argument names (see idFlag).
+func findDeadLetter(c *cli.Context, obj *queue.Objects) (queue.DeadLetter, error) {
+	ref := c.Args().First()
+	if c.Bool("by-id") {
+		return queue.DeadLetterOf(c.Context, obj, ref)
+	}
+	d, err := queue.FindDeadLetter(c.Context, obj, ref)
+	if errors.Is(err, queue.ErrAmbiguousDeadLetter) {
+		return d, usageError{err}
+	}
+	return d, err
+}
+
 func dlqShow(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return badUsage("dlq show takes a DLQ sequence or job ID (see jobq dlq list)")
@@ -1663,7 +1682,7 @@ func dlqShow(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	d, err := queue.FindDeadLetter(c.Context, obj, c.Args().First())
+	d, err := findDeadLetter(c, obj)
 	if err != nil {
 		return err
 	}
@@ -1700,7 +1719,7 @@ func dlqRetry(c *cli.Context) error {
 			return err
 		}
 	} else {
-		d, err := queue.FindDeadLetter(c.Context, obj, c.Args().First())
+		d, err := findDeadLetter(c, obj)
 		if err != nil {
 			return err
 		}

@@ -1769,3 +1769,36 @@ func TestCLIDLQRetryAllThatFailsPartWay(t *testing.T) {
 		t.Errorf("dlq list after: got %+v, want lost-1 only", list)
 	}
 }
+
+// dlq show and retry refuse a number that is both a DLQ sequence and the job
+// ID of another dead letter, and take it as a job ID with --by-id.
+func TestCLIDLQNumberThatIsAlsoAJobID(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"2", "x"} { // at DLQ seq 1 and 2
+		m := nats.NewMsg(queue.SubjectDLQPrefix + "job.x")
+		m.Header.Set(queue.HeaderJobID, id)
+		m.Header.Set(queue.HeaderSubject, "job.x")
+		m.Data = []byte("payload of " + id)
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantOneLineError(t, s.jobq(t, "dlq", "show", "2"), 2, "DLQ seq 2", "--by-id")
+	wantOneLineError(t, s.jobq(t, "dlq", "retry", "2"), 2, "--by-id")
+	if out := s.mustJobq(t, "dlq", "show", "--by-id", "2"); !strings.Contains(out, "id: 2\n") || !strings.Contains(out, "payload of 2") {
+		t.Errorf("dlq show --by-id 2: got %q, want the dead letter of job 2", out)
+	}
+	if out := s.mustJobq(t, "dlq", "show", "1"); !strings.Contains(out, "id: 2\n") {
+		t.Errorf("dlq show 1: got %q, want DLQ seq 1, job 2", out)
+	}
+}

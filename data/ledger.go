@@ -154,7 +154,7 @@ func (l *Ledger) Release(ctx context.Context, c *Claim) error {
 	next.State, next.LastError = StateRetrying, CauseReleased
 	next.Attempts = max(next.Attempts-1, 0)
 	next.LeaseUntil = time.Time{}
-	return l.update(ctx, c, next)
+	return l.updateOwn(ctx, c, next)
 }
 
 // Renew extends c's lease from now. An earlier renewal of c's that landed,
@@ -162,11 +162,17 @@ func (l *Ledger) Release(ctx context.Context, c *Claim) error {
 func (l *Ledger) Renew(ctx context.Context, c *Claim) error {
 	next := c.Record
 	next.LeaseUntil = time.Now().UTC().Add(l.lease)
+	return l.updateOwn(ctx, c, next)
+}
+
+// updateOwn writes next over c's record, as update does, and over c's own
+// renewal whose answer was lost, which a renewal's caller did not see land
+// (see adoptRenewal): that is still c's claim, not another holder's.
+func (l *Ledger) updateOwn(ctx context.Context, c *Claim, next Record) error {
 	err := l.update(ctx, c, next)
 	if !errors.Is(err, ErrClaimLost) {
 		return err
 	}
-	// An earlier renewal whose answer was lost may have landed.
 	if entry, gerr := l.kv.Get(ctx, c.Key); gerr != nil || !adoptRenewal(c, entry) {
 		return err
 	}
@@ -193,7 +199,7 @@ func (l *Ledger) finish(ctx context.Context, c *Claim, s State, took time.Durati
 	next.State, next.Took, next.LastError = s, took, cause
 	next.FinishedAt = time.Now().UTC()
 	next.LeaseUntil = time.Time{}
-	return l.update(ctx, c, next)
+	return l.updateOwn(ctx, c, next)
 }
 
 func (l *Ledger) update(ctx context.Context, c *Claim, next Record) error {

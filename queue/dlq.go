@@ -114,26 +114,58 @@ func ListDeadLetters(ctx context.Context, obj *Objects, limit int) ([]DeadLetter
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
 // FindDeadLetter returns the dead letter whose DLQ sequence or job ID is ref.
+// A number is taken for a DLQ sequence, unless no dead letter has it; if it
+// is also the job ID of another dead letter, that is ErrAmbiguousDeadLetter
+// (DeadLetterOf takes a job ID alone).
 func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, error) {
-	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil && seq > 0 { // 0 is no sequence, but may be an ID
-		m, err := obj.Dead.GetMsg(ctx, seq)
-		if err == nil {
-			return deadLetterFrom(m), nil
-		}
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return DeadLetter{}, fmt.Errorf("read %s: %w", StreamDLQ, err)
-		}
+	seq, err := strconv.ParseUint(ref, 10, 64)
+	if err != nil || seq == 0 { // 0 is no sequence, but may be an ID
+		return DeadLetterOf(ctx, obj, ref)
 	}
+	d, err := DeadLetterAt(ctx, obj, seq)
+	if errors.Is(err, ErrNoDeadLetter) {
+		return DeadLetterOf(ctx, obj, ref)
+	}
+	if err != nil || d.ID == ref {
+		return d, err
+	}
+	switch other, err := DeadLetterOf(ctx, obj, ref); {
+	case err == nil:
+		return DeadLetter{}, fmt.Errorf("%w: %q is DLQ seq %d (job %s) and the job ID of DLQ seq %d; pass --by-id to mean the job ID", ErrAmbiguousDeadLetter, ref, seq, d.ID, other.Seq)
+	case !errors.Is(err, ErrNoDeadLetter):
+		return DeadLetter{}, err
+	}
+	return d, nil
+}
+
+// ErrAmbiguousDeadLetter: a reference that is both a DLQ sequence and the
+// job ID of another dead letter.
+var ErrAmbiguousDeadLetter = errors.New("ambiguous dead letter")
+
+// DeadLetterAt returns the dead letter at DLQ sequence seq.
+func DeadLetterAt(ctx context.Context, obj *Objects, seq uint64) (DeadLetter, error) {
+	m, err := obj.Dead.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return DeadLetter{}, fmt.Errorf("%w: DLQ seq %d (see jobq dlq list)", ErrNoDeadLetter, seq)
+	case err != nil:
+		return DeadLetter{}, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	return deadLetterFrom(m), nil
+}
+
+// DeadLetterOf returns the oldest dead letter of job id.
+func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, error) {
 	all, err := ListDeadLetters(ctx, obj, 0)
 	if err != nil {
 		return DeadLetter{}, err
 	}
 	for _, d := range all {
-		if d.ID == ref {
+		if d.ID == id {
 			return d, nil
 		}
 	}
-	return DeadLetter{}, fmt.Errorf("%w: %q (see jobq dlq list)", ErrNoDeadLetter, ref)
+	return DeadLetter{}, fmt.Errorf("%w: %q (see jobq dlq list)", ErrNoDeadLetter, id)
 }
 
 // RetryDeadLetter publishes a dead letter to its original subject again and

@@ -1644,3 +1644,40 @@ func TestHandlerMayKeepItsJob(t *testing.T) {
 		t.Errorf("%d jobs kept by their handler lost their payload after it returned", n)
 	}
 }
+
+// A number names a DLQ sequence, or, if no dead letter is there, a job ID;
+// one that is both a DLQ sequence and another dead letter's job ID is
+// refused as ambiguous, and DeadLetterOf takes it as a job ID.
+func TestFindDeadLetterByNumber(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{})
+	for _, id := range []string{"2", "x", "9"} { // at DLQ seq 1, 2 and 3
+		m := nats.NewMsg(queue.SubjectDLQPrefix + "job.x")
+		m.Header.Set(queue.HeaderJobID, id)
+		m.Header.Set(queue.HeaderSubject, "job.x")
+		if _, err := b.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		ref     string
+		wantSeq uint64
+		wantErr error
+	}{
+		{"1", 1, nil},                          // seq 1, whose job is 2
+		{"2", 0, queue.ErrAmbiguousDeadLetter}, // seq 2 (job x), and job 2 at seq 1
+		{"3", 3, nil},                          // seq 3, job 9
+		{"9", 3, nil},                          // no seq 9: job 9
+		{"x", 2, nil},
+		{"4", 0, queue.ErrNoDeadLetter},
+	} {
+		d, err := queue.FindDeadLetter(ctx, b.obj, tt.ref)
+		if !errors.Is(err, tt.wantErr) || tt.wantErr == nil && (err != nil || d.Seq != tt.wantSeq) {
+			t.Errorf("FindDeadLetter(%q): got seq %d, %v; want seq %d, %v", tt.ref, d.Seq, err, tt.wantSeq, tt.wantErr)
+		}
+	}
+	if d, err := queue.DeadLetterOf(ctx, b.obj, "2"); err != nil || d.Seq != 1 {
+		t.Errorf("DeadLetterOf(2): got seq %d, %v; want seq 1", d.Seq, err)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/jobq/jobq/data"
@@ -281,14 +280,8 @@ func (d *Dashboard) retry(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), retryTimeout)
 	defer cancel()
-	// Look the sequence up first: FindDeadLetter would take a sequence it
-	// does not find for a job ID and read every dead letter.
-	if _, err := d.cfg.Objects.Dead.GetMsg(ctx, seq); errors.Is(err, jetstream.ErrMsgNotFound) {
-		http.Redirect(w, r, PathPage+"?gone=1", http.StatusSeeOther)
-		return
-	}
-	dl, err := queue.FindDeadLetter(ctx, d.cfg.Objects, strconv.FormatUint(seq, 10))
-	if errors.Is(err, queue.ErrNoDeadLetter) || err == nil && dl.Seq != seq {
+	dl, err := queue.DeadLetterAt(ctx, d.cfg.Objects, seq)
+	if errors.Is(err, queue.ErrNoDeadLetter) {
 		http.Redirect(w, r, PathPage+"?gone=1", http.StatusSeeOther)
 		return
 	}
