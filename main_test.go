@@ -1732,27 +1732,10 @@ func provisioned(t *testing.T, listen bool, cfg queue.Config) (*server.Server, *
 func TestCLIDLQRetryAllThatFailsPartWay(t *testing.T) {
 	t.Parallel()
 	s := startServe(t, serveOpts{})
-	nc, err := nats.Connect(s.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Two dead letters: one of job.x, and one whose subject no stream
 	// takes any more, which cannot be re-enqueued.
-	for _, dl := range [][2]string{{"ok-1", "job.x"}, {"lost-1", "gone.x"}} {
-		m := nats.NewMsg(queue.SubjectDLQPrefix + dl[1])
-		m.Header.Set(queue.HeaderJobID, dl[0])
-		m.Header.Set(queue.HeaderSubject, dl[1])
-		m.Header.Set(nats.MsgIdHdr, "dl-"+dl[0])
-		m.Data = []byte("x")
-		if _, err := js.PublishMsg(context.Background(), m); err != nil {
-			t.Fatalf("store dead letter %s: %v", dl[0], err)
-		}
-	}
+	s.storeDeadLetter(t, "ok-1", "job.x")
+	s.storeDeadLetter(t, "lost-1", "gone.x")
 	r := s.jobq(t, "dlq", "retry", "--all", "--json")
 	var retried []struct {
 		ID string `json:"id"`
@@ -1775,6 +1758,22 @@ func TestCLIDLQRetryAllThatFailsPartWay(t *testing.T) {
 func TestCLIDLQNumberThatIsAlsoAJobID(t *testing.T) {
 	t.Parallel()
 	s := startServe(t, serveOpts{})
+	s.storeDeadLetter(t, "2", "job.x") // at DLQ seq 1
+	s.storeDeadLetter(t, "x", "job.x") // at DLQ seq 2
+	wantOneLineError(t, s.jobq(t, "dlq", "show", "2"), 2, "DLQ seq 2", "--by-id")
+	wantOneLineError(t, s.jobq(t, "dlq", "retry", "2"), 2, "--by-id")
+	if out := s.mustJobq(t, "dlq", "show", "--by-id", "2"); !strings.Contains(out, "id: 2\n") || !strings.Contains(out, "payload of 2") {
+		t.Errorf("dlq show --by-id 2: got %q, want the dead letter of job 2", out)
+	}
+	if out := s.mustJobq(t, "dlq", "show", "1"); !strings.Contains(out, "id: 2\n") {
+		t.Errorf("dlq show 1: got %q, want DLQ seq 1, job 2", out)
+	}
+}
+
+// storeDeadLetter stores a dead letter of job id on subject in s's DLQ, as
+// one from an earlier run, with the payload "payload of ID".
+func (s *jobqServer) storeDeadLetter(t *testing.T, id, subject string) {
+	t.Helper()
 	nc, err := nats.Connect(s.url)
 	if err != nil {
 		t.Fatal(err)
@@ -1784,21 +1783,11 @@ func TestCLIDLQNumberThatIsAlsoAJobID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"2", "x"} { // at DLQ seq 1 and 2
-		m := nats.NewMsg(queue.SubjectDLQPrefix + "job.x")
-		m.Header.Set(queue.HeaderJobID, id)
-		m.Header.Set(queue.HeaderSubject, "job.x")
-		m.Data = []byte("payload of " + id)
-		if _, err := js.PublishMsg(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wantOneLineError(t, s.jobq(t, "dlq", "show", "2"), 2, "DLQ seq 2", "--by-id")
-	wantOneLineError(t, s.jobq(t, "dlq", "retry", "2"), 2, "--by-id")
-	if out := s.mustJobq(t, "dlq", "show", "--by-id", "2"); !strings.Contains(out, "id: 2\n") || !strings.Contains(out, "payload of 2") {
-		t.Errorf("dlq show --by-id 2: got %q, want the dead letter of job 2", out)
-	}
-	if out := s.mustJobq(t, "dlq", "show", "1"); !strings.Contains(out, "id: 2\n") {
-		t.Errorf("dlq show 1: got %q, want DLQ seq 1, job 2", out)
+	m := nats.NewMsg(queue.SubjectDLQPrefix + subject)
+	m.Header.Set(queue.HeaderJobID, id)
+	m.Header.Set(queue.HeaderSubject, subject)
+	m.Data = []byte("payload of " + id)
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatalf("store dead letter %s: %v", id, err)
 	}
 }

@@ -17,14 +17,7 @@ import (
 func TestAgainTakesItsOwnLandedWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "processed", Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := bucket(t)
 	l := NewLedger(kv, time.Minute, nil) // no async writes: DoneAsync only prepares
 	for _, tt := range []struct {
 		name   string
@@ -65,14 +58,7 @@ func TestAgainTakesItsOwnLandedWrite(t *testing.T) {
 func TestRenewWritesOverItsOwnLandedRenewal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "processed", Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := bucket(t)
 	l := NewLedger(kv, time.Minute, nil)
 	c, err := l.Claim(ctx, &Job{ID: "J", Subject: "job.x", Seq: 1, Attempt: 1}, "w")
 	if err != nil {
@@ -94,4 +80,18 @@ func TestRenewWritesOverItsOwnLandedRenewal(t *testing.T) {
 	if err := l.Renew(ctx, &c); !errors.Is(err, ErrClaimLost) {
 		t.Errorf("Renew over another worker's claim: %v, want ErrClaimLost", err)
 	}
+}
+
+// bucket starts a server and creates the processed bucket on it.
+func bucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(servertest.Connect(t, servertest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "processed", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
