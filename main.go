@@ -1338,8 +1338,9 @@ func next(c *cli.Context) error {
 	}
 	defer closeFn()
 	var printErr error // the job could not be printed: it is not done
+	var shown string
 	show := func(job *data.Job) error {
-		printErr = printJob(c, job)
+		shown, printErr = job.ID, printJob(c, job)
 		return printErr
 	}
 	var got bool
@@ -1354,7 +1355,7 @@ func next(c *cli.Context) error {
 		return err
 	}
 	if printErr != nil && !c.Bool("no-ack") {
-		return fmt.Errorf("print the job: %w; it is released to run again", printErr)
+		return fmt.Errorf("print job %s: %w; the attempt counts as failed: it is retried, or after its last delivery dead-lettered (see jobq job %s)", shown, printErr, shown)
 	}
 	if !got {
 		return fmt.Errorf("no job on %s %s within %s", queue.StreamJob, queue.ConsumerWorker, c.Duration("wait"))
@@ -1666,11 +1667,7 @@ func findDeadLetter(c *cli.Context, obj *queue.Objects) (queue.DeadLetter, error
 	if c.Bool("by-id") {
 		return queue.DeadLetterOf(c.Context, obj, ref)
 	}
-	d, err := queue.FindDeadLetter(c.Context, obj, ref)
-	if errors.Is(err, queue.ErrAmbiguousDeadLetter) {
-		return d, usageError{err}
-	}
-	return d, err
+	return queue.FindDeadLetter(c.Context, obj, ref)
 }
 
 func dlqShow(c *cli.Context) error {
@@ -1708,6 +1705,9 @@ func dlqRetry(c *cli.Context) error {
 	if c.Bool("all") == (c.NArg() == 1) || c.NArg() > 1 {
 		return badUsage("dlq retry takes one DLQ sequence or job ID, or --all")
 	}
+	if c.Bool("all") && c.Bool("by-id") {
+		return badUsage("--by-id says what the argument is; dlq retry --all takes none")
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -1732,20 +1732,25 @@ func dlqRetry(c *cli.Context) error {
 	}
 	results := []result{}
 	for _, d := range list {
+		// A dead letter re-enqueued and not removed from DLQ comes with
+		// both: it counts as retried.
 		ack, err := queue.RetryDeadLetter(c.Context, obj, d)
-		if err != nil && len(list) > 1 {
-			if c.Bool("json") {
-				printJSON(c.App.Writer, results) // what was retried before
+		if ack != nil {
+			results = append(results, result{d.ID, d.Seq, ack.Sequence})
+			if !c.Bool("json") {
+				fmt.Fprintf(c.App.Writer, "retried %s (dlq seq %d) as %s seq %d\n", d.ID, d.Seq, queue.StreamJob, ack.Sequence)
 			}
-			return fmt.Errorf("retried %d of %d dead letters, then %s (dlq seq %d): %w; the rest stay in %s", len(results), len(list), d.ID, d.Seq, err, queue.StreamDLQ)
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			continue
 		}
-		results = append(results, result{d.ID, d.Seq, ack.Sequence})
-		if !c.Bool("json") {
-			fmt.Fprintf(c.App.Writer, "retried %s (dlq seq %d) as %s seq %d\n", d.ID, d.Seq, queue.StreamJob, ack.Sequence)
+		if c.Bool("json") && len(results) > 0 {
+			printJSON(c.App.Writer, results) // what was re-enqueued
 		}
+		if len(list) > 1 {
+			return fmt.Errorf("retried %d of %d dead letters; %s (dlq seq %d): %w", len(results), len(list), d.ID, d.Seq, err)
+		}
+		return err
 	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, results)

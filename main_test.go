@@ -1743,7 +1743,7 @@ func TestCLIDLQRetryAllThatFailsPartWay(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &retried); err != nil || len(retried) != 1 || retried[0].ID != "ok-1" {
 		t.Errorf("dlq retry --all --json: stdout %q (%v), want the one re-enqueued, ok-1", r.stdout, err)
 	}
-	if r.code != 1 || !strings.Contains(r.stderr, "retried 1 of 2 dead letters, then lost-1") {
+	if r.code != 1 || !strings.Contains(r.stderr, "retried 1 of 2 dead letters; lost-1") {
 		t.Errorf("dlq retry --all: got %s, want exit 1 saying it retried 1 of 2 and then failed on lost-1", r)
 	}
 	var list []deadLetterOut
@@ -1753,20 +1753,57 @@ func TestCLIDLQRetryAllThatFailsPartWay(t *testing.T) {
 	}
 }
 
-// dlq show and retry refuse a number that is both a DLQ sequence and the job
-// ID of another dead letter, and take it as a job ID with --by-id.
+// dlq show and retry take a number for a DLQ sequence, or for a job ID with
+// --by-id, which dlq retry --all refuses (it takes no argument).
 func TestCLIDLQNumberThatIsAlsoAJobID(t *testing.T) {
 	t.Parallel()
 	s := startServe(t, serveOpts{})
 	s.storeDeadLetter(t, "2", "job.x") // at DLQ seq 1
 	s.storeDeadLetter(t, "x", "job.x") // at DLQ seq 2
-	wantOneLineError(t, s.jobq(t, "dlq", "show", "2"), 2, "DLQ seq 2", "--by-id")
-	wantOneLineError(t, s.jobq(t, "dlq", "retry", "2"), 2, "--by-id")
+	if out := s.mustJobq(t, "dlq", "show", "2"); !strings.Contains(out, "id: x\n") {
+		t.Errorf("dlq show 2: got %q, want DLQ seq 2, job x", out)
+	}
 	if out := s.mustJobq(t, "dlq", "show", "--by-id", "2"); !strings.Contains(out, "id: 2\n") || !strings.Contains(out, "payload of 2") {
 		t.Errorf("dlq show --by-id 2: got %q, want the dead letter of job 2", out)
 	}
-	if out := s.mustJobq(t, "dlq", "show", "1"); !strings.Contains(out, "id: 2\n") {
-		t.Errorf("dlq show 1: got %q, want DLQ seq 1, job 2", out)
+	wantOneLineError(t, s.jobq(t, "dlq", "retry", "--all", "--by-id"), 2, "--by-id")
+}
+
+// dlq retry counts a dead letter it re-enqueued and could not remove from
+// DLQ as retried, and lists it with --json.
+func TestCLIDLQRetryCountsALetterItCouldNotRemove(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	s.storeDeadLetter(t, "a-1", "job.x")
+	s.storeDeadLetter(t, "b-1", "job.x")
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// DLQ refuses deletes: each re-enqueue lands, and its removal fails.
+	st, err := js.Stream(context.Background(), queue.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.DenyDelete = true
+	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatalf("deny deletes on DLQ: %v", err)
+	}
+	r := s.jobq(t, "dlq", "retry", "--all", "--json")
+	var retried []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &retried); err != nil || len(retried) != 1 || retried[0].ID != "a-1" {
+		t.Errorf("dlq retry --all --json: stdout %q (%v), want a-1, which was re-enqueued", r.stdout, err)
+	}
+	if r.code != 1 || !strings.Contains(r.stderr, "retried 1 of 2 dead letters; a-1") {
+		t.Errorf("dlq retry --all: got %s, want exit 1 saying it retried 1 of 2 and could not remove a-1", r)
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 )
 
 // jobq next whose output cannot be written (here /dev/full, a full disk)
-// fails with exit 1 and leaves the job to run again: the job is not
-// recorded done, as it was not shown.
+// fails with exit 1, saying that the attempt counts as failed: the job is
+// not recorded done, as it was not shown.
 func TestCLINextFailsWhenItCannotPrintTheJob(t *testing.T) {
 	t.Parallel()
 	s := startServe(t, serveOpts{})
@@ -28,7 +28,7 @@ func TestCLINextFailsWhenItCannotPrintTheJob(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = full, &stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "print the job") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "print job p-1") || !strings.Contains(stderr.String(), "counts as failed") {
 		t.Errorf("next into a full disk: got %v, stderr %q; want exit 1 saying it could not print the job", err, stderr.String())
 	}
 	if rec, ok := s.record(t, "p-1"); ok && rec.State == "done" {

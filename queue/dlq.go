@@ -114,33 +114,17 @@ func ListDeadLetters(ctx context.Context, obj *Objects, limit int) ([]DeadLetter
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
 // FindDeadLetter returns the dead letter whose DLQ sequence or job ID is ref.
-// A number is taken for a DLQ sequence, unless no dead letter has it; if it
-// is also the job ID of another dead letter, that is ErrAmbiguousDeadLetter
-// (DeadLetterOf takes a job ID alone).
+// A number is taken for a DLQ sequence, unless no dead letter has it;
+// DeadLetterOf takes a job ID alone, also one that is a number.
 func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, error) {
-	seq, err := strconv.ParseUint(ref, 10, 64)
-	if err != nil || seq == 0 { // 0 is no sequence, but may be an ID
-		return DeadLetterOf(ctx, obj, ref)
+	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil && seq > 0 { // 0 is no sequence, but may be an ID
+		d, err := DeadLetterAt(ctx, obj, seq)
+		if !errors.Is(err, ErrNoDeadLetter) {
+			return d, err
+		}
 	}
-	d, err := DeadLetterAt(ctx, obj, seq)
-	if errors.Is(err, ErrNoDeadLetter) {
-		return DeadLetterOf(ctx, obj, ref)
-	}
-	if err != nil || d.ID == ref {
-		return d, err
-	}
-	switch other, err := DeadLetterOf(ctx, obj, ref); {
-	case err == nil:
-		return DeadLetter{}, fmt.Errorf("%w: %q is DLQ seq %d (job %s) and the job ID of DLQ seq %d; pass --by-id to mean the job ID", ErrAmbiguousDeadLetter, ref, seq, d.ID, other.Seq)
-	case !errors.Is(err, ErrNoDeadLetter):
-		return DeadLetter{}, err
-	}
-	return d, nil
+	return DeadLetterOf(ctx, obj, ref)
 }
-
-// ErrAmbiguousDeadLetter: a reference that is both a DLQ sequence and the
-// job ID of another dead letter.
-var ErrAmbiguousDeadLetter = errors.New("ambiguous dead letter")
 
 // DeadLetterAt returns the dead letter at DLQ sequence seq.
 func DeadLetterAt(ctx context.Context, obj *Objects, seq uint64) (DeadLetter, error) {

@@ -1646,8 +1646,7 @@ func TestHandlerMayKeepItsJob(t *testing.T) {
 }
 
 // A number names a DLQ sequence, or, if no dead letter is there, a job ID;
-// one that is both a DLQ sequence and another dead letter's job ID is
-// refused as ambiguous, and DeadLetterOf takes it as a job ID.
+// DeadLetterOf takes it as a job ID.
 func TestFindDeadLetterByNumber(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -1665,10 +1664,10 @@ func TestFindDeadLetterByNumber(t *testing.T) {
 		wantSeq uint64
 		wantErr error
 	}{
-		{"1", 1, nil},                          // seq 1, whose job is 2
-		{"2", 0, queue.ErrAmbiguousDeadLetter}, // seq 2 (job x), and job 2 at seq 1
-		{"3", 3, nil},                          // seq 3, job 9
-		{"9", 3, nil},                          // no seq 9: job 9
+		{"1", 1, nil}, // seq 1, whose job is 2
+		{"2", 2, nil}, // seq 2 (job x), though job 2 is at seq 1
+		{"3", 3, nil}, // seq 3, job 9
+		{"9", 3, nil}, // no seq 9: job 9
 		{"x", 2, nil},
 		{"4", 0, queue.ErrNoDeadLetter},
 	} {
