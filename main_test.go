@@ -1736,16 +1736,7 @@ func TestCLIDLQRetryAllThatFailsPartWay(t *testing.T) {
 	// takes any more, which cannot be re-enqueued.
 	s.storeDeadLetter(t, "ok-1", "job.x")
 	s.storeDeadLetter(t, "lost-1", "gone.x")
-	r := s.jobq(t, "dlq", "retry", "--all", "--json")
-	var retried []struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &retried); err != nil || len(retried) != 1 || retried[0].ID != "ok-1" {
-		t.Errorf("dlq retry --all --json: stdout %q (%v), want the one re-enqueued, ok-1", r.stdout, err)
-	}
-	if r.code != 1 || !strings.Contains(r.stderr, "retried 1 of 2 dead letters; lost-1") {
-		t.Errorf("dlq retry --all: got %s, want exit 1 saying it retried 1 of 2 and then failed on lost-1", r)
-	}
+	s.wantRetriedOneOfTwo(t, "ok-1", "lost-1")
 	var list []deadLetterOut
 	s.jobqJSON(t, &list, "dlq", "list")
 	if len(list) != 1 || list[0].ID != "lost-1" {
@@ -1795,15 +1786,23 @@ func TestCLIDLQRetryCountsALetterItCouldNotRemove(t *testing.T) {
 	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
 		t.Fatalf("deny deletes on DLQ: %v", err)
 	}
+	s.wantRetriedOneOfTwo(t, "a-1", "a-1")
+}
+
+// wantRetriedOneOfTwo runs dlq retry --all --json and checks that it re-enqueued
+// the dead letter of job retried only, listing it, and failed (exit 1) on
+// that of job failed.
+func (s *jobqServer) wantRetriedOneOfTwo(t *testing.T, retried, failed string) {
+	t.Helper()
 	r := s.jobq(t, "dlq", "retry", "--all", "--json")
-	var retried []struct {
+	var out []struct {
 		ID string `json:"id"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &retried); err != nil || len(retried) != 1 || retried[0].ID != "a-1" {
-		t.Errorf("dlq retry --all --json: stdout %q (%v), want a-1, which was re-enqueued", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out) != 1 || out[0].ID != retried {
+		t.Errorf("dlq retry --all --json: stdout %q (%v), want %s listed, which was re-enqueued", r.stdout, err, retried)
 	}
-	if r.code != 1 || !strings.Contains(r.stderr, "retried 1 of 2 dead letters; a-1") {
-		t.Errorf("dlq retry --all: got %s, want exit 1 saying it retried 1 of 2 and could not remove a-1", r)
+	if r.code != 1 || !strings.Contains(r.stderr, "retried 1 of 2 dead letters; "+failed) {
+		t.Errorf("dlq retry --all: got %s, want exit 1 saying it retried 1 of 2 and failed on %s", r, failed)
 	}
 }
 
