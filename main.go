@@ -622,6 +622,9 @@ func routes(c *cli.Context, log zerolog.Logger) (*handlers.Router, error) {
 }
 
 func serve(c *cli.Context) (err error) {
+	// A stop signal from here on ends serve gracefully, during start-up too.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	log, err := newLogger(c)
 	if err != nil {
 		return err
@@ -654,8 +657,6 @@ func serve(c *cli.Context) (err error) {
 		}
 		defer httpLn.Close() // if serving never starts
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// A stop signal during start-up ends it, as one later would: not a
 	// failure.
 	interrupted := func(err error) error {
@@ -673,7 +674,7 @@ func serve(c *cli.Context) (err error) {
 	if url := c.String("server"); url != "" {
 		dial = func() (*nats.Conn, error) { return connect(c, url) }
 		if nc, err = dial(); err != nil {
-			return err
+			return interrupted(err)
 		}
 		log.Info().Str("server", redactURL(url)).Msg("using external nats server")
 	} else {
@@ -735,7 +736,7 @@ func serve(c *cli.Context) (err error) {
 		}
 		pool = queue.NewPool(wobj, router, log)
 		if err := pool.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
+			return interrupted(err)
 		}
 		log.Info().Strs("handlers", router.Patterns()).Msg("handlers registered")
 	} else {
