@@ -668,3 +668,58 @@ func TestSweepStopsWhenThePoolStops(t *testing.T) {
 		t.Errorf("sweep: moved %d, %v; want X", n, err)
 	}
 }
+
+// A job whose last delivery shutdown handed back unstarted is enqueued
+// again when its deliveries run out, not dead-lettered unrun, and then runs
+// once under its job ID.
+func TestSweepEnqueuesAgainAJobHandedBackAtItsLastDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{MaxDeliver: 1, AckWait: time.Second})
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "H"}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := fetchOne(ctx, obj, 5*time.Second)
+	if err != nil || msg == nil {
+		t.Fatalf("fetch H: %v, %v", msg, err)
+	}
+	// Claimed, then handed back by shutdown before its handler started.
+	l := data.NewLedger(obj.Ledger, obj.Config.lease(), nil)
+	job, err := decodeJob(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Claim(ctx, job, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := msg.Nak(); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	p := NewPool(obj, handlers.HandlerFunc(func(_ context.Context, j *data.Job) error {
+		if j.ID == "H" {
+			runs.Add(1)
+		}
+		return nil
+	}), servertest.Logger(t))
+	startPool(t, p) // its pull makes the server give up on H and say so
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rec, err := l.Get(ctx, "H")
+		if err == nil && rec.State == data.StateDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("H's record after 10s: %+v, %v; want done", rec, err)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("H ran %d times, want 1", n)
+	}
+	if info, err := obj.Dead.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Errorf("DLQ: %v, %v; want empty: H never ran before", info.State.Msgs, err)
+	}
+}
