@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/jobq/jobq/data"
 )
@@ -89,10 +87,6 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		return false, nil
 	case err == nil && rec.State == data.StateRunning && time.Now().Before(rec.LeaseUntil):
 		return false, nil // its holder is still running it
-	case err == nil && rec.State == data.StateRetrying && rec.LastError == data.CauseReleased:
-		// Its last delivery was handed back unstarted, at shutdown: its
-		// deliveries ran out on hand-backs, not on attempts.
-		return false, p.enqueueAgain(ctx, m, job, log)
 	case errors.Is(err, data.ErrNotFound):
 		// It may run on a pool's lease, as a job without a record does.
 		if held, err := p.ledger.Leased(ctx, job); err != nil || held {
@@ -121,32 +115,6 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	log.Error().Str("error", cause).Msg("job dead-lettered: deliveries exhausted")
 	return true, nil
-}
-
-// enqueueAgain publishes exhausted job m to JOB again as a fresh message,
-// under its job ID (Jobq-Job-Id, as dlq retry does), and removes m: a job
-// whose last delivery shutdown handed back unstarted is not dead-lettered
-// unrun. Its record stays, so its next claim counts on from it. A sweep
-// that runs twice publishes it once, within the dedupe window.
-func (p *Pool) enqueueAgain(ctx context.Context, m *jetstream.RawStreamMsg, job *data.Job, log zerolog.Logger) error {
-	c := nats.NewMsg(m.Subject)
-	c.Data = m.Data
-	for k, v := range m.Header {
-		if !hasPrefixFold(k, "Nats-") {
-			c.Header[k] = v
-		}
-	}
-	c.Header.Set(HeaderJobID, job.ID)
-	c.Header.Set(nats.MsgIdHdr, "again-"+strconv.FormatUint(m.Sequence, 10))
-	ack, err := p.obj.JS.PublishMsg(ctx, c)
-	if err != nil {
-		return fmt.Errorf("enqueue job %s again: %w", job.ID, err)
-	}
-	if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
-		return fmt.Errorf("remove job %s after enqueueing it again: %w", job.ID, err)
-	}
-	log.Warn().Uint64("new_seq", ack.Sequence).Msg("deliveries exhausted by hand-backs at shutdown before the job ran: enqueued again")
-	return nil
 }
 
 // watchExhausted subscribes to WORKER's MAX_DELIVERIES advisories. It is
