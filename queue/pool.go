@@ -354,11 +354,8 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	err = it.write.WaitOnce(opCtx)
+	err = p.waitRecord(opCtx, it)
 	p.beats.remove(it)
-	if errors.Is(err, data.ErrClaimLost) {
-		err = p.recheck(it, err)
-	}
 	if err != nil && !errors.Is(err, data.ErrClaimLost) {
 		err = p.recordAgain(opCtx, it, err)
 	}
@@ -603,10 +600,7 @@ func (p *Pool) ackAll(ctx context.Context) {
 	defer p.recording.Wait()
 	waitCtx := context.WithoutCancel(ctx)
 	for it := range p.dones {
-		err := it.write.WaitOnce(waitCtx)
-		if errors.Is(err, data.ErrClaimLost) {
-			err = p.recheck(it, err)
-		}
+		err := p.waitRecord(waitCtx, it)
 		if err != nil && !errors.Is(err, data.ErrClaimLost) && ctx.Err() == nil {
 			p.recording.Go(func() { p.keepRecording(ctx, it, err) })
 			continue
@@ -635,13 +629,18 @@ func (p *Pool) completed(it *inflight, err error) {
 	}
 }
 
-// recheck looks at the record that made a job's done record fail with err,
-// a lost claim: it may be the claim's own renewal, whose answer was lost
-// (see PendingWrite.Recheck).
-func (p *Pool) recheck(it *inflight, err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+// waitRecord waits for the answer to a job's done record. One that found
+// another record is looked at again: that may be the claim's own renewal,
+// whose answer was lost (see PendingWrite.Recheck). Any other error means
+// that the ledger refused the write or did not answer.
+func (p *Pool) waitRecord(ctx context.Context, it *inflight) error {
+	err := it.write.WaitOnce(ctx)
+	if !errors.Is(err, data.ErrClaimLost) {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	return it.write.Recheck(ctx, err)
+	return it.write.Recheck(rctx, err)
 }
 
 // keepRecording holds a job whose handler succeeded and whose record the
@@ -718,7 +717,7 @@ func (p *Pool) recordAgain(ctx context.Context, it *inflight, err error) error {
 	// Each write is bounded so that no heartbeat comes later than two
 	// thirds of the ack wait after the one before.
 	opWait := min(opTimeout, beat/2)
-	nextBeat := time.Now() // its heartbeats stopped when the handler returned
+	nextBeat := time.Now() // the heartbeat loop let go of it just now
 	backoff := 50 * time.Millisecond
 	retryAt := time.Now().Add(backoff)
 	for failures, logged := 1, 0; ; {
@@ -821,7 +820,7 @@ func (p *Pool) recordFailed(msg jetstream.Msg, job *data.Job, err error, log zer
 func (p *Pool) unrecorded(it *inflight, err error) {
 	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
 	if errors.Is(err, data.ErrClaimLost) {
-		log.Warn().Err(err).Msg("claim lost before the outcome was recorded: outcome left to the new holder")
+		p.recordFailed(it.msg, it.job, err, log)
 		return
 	}
 	held := it.claim.Record.LeaseUntil
