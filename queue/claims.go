@@ -21,10 +21,14 @@ const checkBatch = 256
 // the pool's lease in one ledger write and run on prepared claims; a job
 // with a record is claimed first, at most claimAhead of them before a
 // worker takes one. Without leases (see takesLeases), every job is claimed
-// first.
+// first. Once Stop began, a fetched job is handed back unless it runs still
+// (see keepAtStop). ctx ends once the pool's jobs are cut off at shutdown.
 func (p *Pool) startClaims(ctx context.Context) {
 	if !p.leasing {
 		for it := range p.fetched {
+			if len(p.handBackAtStop([]*inflight{it})) == 0 {
+				continue
+			}
 			p.startClaim(it)
 			p.claims <- it
 		}
@@ -77,7 +81,7 @@ func (p *Pool) claimAll(ctx context.Context) {
 // ledger's calls do not end with ctx: the claim's future times out by
 // itself.
 func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
-	stop := ctx.Done()
+	stop, halt := ctx.Done(), p.halt
 	ctx = context.WithoutCancel(ctx)
 	var claim data.Claim
 	var err error
@@ -101,9 +105,15 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 			backoff = min(2*backoff, 5*time.Second)
 		}
 		p.jobLog(it.job).Warn().Err(err).Dur("retry_in", wait).Msg("claim job: retrying")
+		giveUp := false
 		select {
 		case <-time.After(wait):
+		case <-halt: // Stop began: the job goes back unless it runs still
+			halt, giveUp = nil, !p.keepAtStop(it)
 		case <-stop:
+			giveUp = true
+		}
+		if giveUp {
 			p.beats.remove(it)
 			log := *p.jobLog(it.job)
 			log.Info().Msg("shutdown before the job's claim: released")

@@ -38,7 +38,7 @@ func (p *Pool) fetch(ctx context.Context) {
 		}
 		p.bigAt = -1
 		busy, start := p.bytes.Load(), time.Now()
-		got, err := p.fetchBatch(want, budget)
+		got, err := p.fetchBatch(ctx, want, budget)
 		p.giveBack(n - got)
 		if got > 0 || time.Since(start) >= p.fetchWait/2 {
 			continue

@@ -77,7 +77,11 @@ func newLease() *lease {
 func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, later []*inflight) {
 	backoff := 50 * time.Millisecond
 	batch, snap, err, gen := c.batch, c.snap, c.err, c.gen
+	halt := p.halt
 	for {
+		if batch = p.handBackAtStop(batch); len(batch) == 0 {
+			return nil, claimFirst, later
+		}
 		if err == nil {
 			var first, again []*inflight
 			batch, first, again = p.sortBatch(snap, gen, batch)
@@ -104,6 +108,8 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 			select {
 			case <-time.After(backoff):
 				backoff = min(2*backoff, 5*time.Second)
+			case <-halt: // Stop began: those that do not run still go back
+				halt = nil
 			case <-ctx.Done():
 				for _, it := range batch {
 					p.handBack(it, "shutdown before the job's ledger check")
@@ -127,7 +133,7 @@ func (p *Pool) admitAll(ctx context.Context, c checked, pass func(it *inflight, 
 		for _, it := range first {
 			pass(it, false)
 		}
-		if len(later) == 0 {
+		if later = p.handBackAtStop(later); len(later) == 0 {
 			return
 		}
 		select {
@@ -177,6 +183,10 @@ func (p *Pool) checkBatches(ctx context.Context, out chan<- checked) {
 			default:
 				break more
 			}
+		}
+		// Once Stop began, only the jobs that run still are checked.
+		if batch = p.handBackAtStop(batch); len(batch) == 0 {
+			continue
 		}
 		gen := p.lease.generation()
 		snap, err := p.check(ctx, batch)

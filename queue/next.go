@@ -96,8 +96,11 @@ func fetchOne(ctx context.Context, obj *Objects, wait time.Duration) (jetstream.
 	if _, err := pullJobs(ctx, obj.JS.Conn(), 1, 0, wait, func(m jetstream.Msg) { msg = m }); err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", ConsumerWorker, err)
 	}
-	if msg == nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("fetch from %s: %w", ConsumerWorker, ctx.Err())
+	if err := ctx.Err(); err != nil {
+		if msg != nil {
+			_ = msg.Nak() // it came in as the pull ended; if lost, the ack wait redelivers it
+		}
+		return nil, fmt.Errorf("fetch from %s: %w", ConsumerWorker, err)
 	}
 	return msg, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,7 @@ type Pool struct {
 
 	running     atomic.Bool
 	stopping    atomic.Bool  // Stop began: no handler starts any more
+	halt        chan struct{} // closed when Stop begins, for the jobs waiting on the ledger
 	handling    atomic.Int64 // handlers running now, for InFlight
 	fetchCancel context.CancelFunc
 	workCancel  context.CancelFunc
@@ -209,7 +211,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	fetchCtx, fetchCancel := context.WithCancel(ctx)
 	workCtx, workCancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.fetchCancel, p.workCancel = fetchCancel, workCancel
-	p.fetchDone, p.finished = make(chan struct{}), make(chan struct{})
+	p.fetchDone, p.finished, p.halt = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	for range cap(p.tokens) {
 		p.tokens <- struct{}{}
 	}
@@ -226,7 +228,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(p.claims)
-		p.startClaims(fetchCtx)
+		// The jobs fetched before Stop are still admitted: those on their
+		// last delivery run (see keepAtStop).
+		p.startClaims(workCtx)
 	}()
 	go func() {
 		defer close(p.work)
@@ -263,9 +267,11 @@ func (p *Pool) Start(ctx context.Context) error {
 func (p *Pool) Running() bool { return p.running.Load() }
 
 // Stop stops fetching and starting jobs: those fetched and not started are
-// handed back as they were. It waits for the running jobs until ctx ends,
-// then cancels their handlers and waits for them to record their outcome.
-// Jobs cut off this way are released for redelivery, as resumed attempts.
+// handed back as they were, but for those on their last delivery, which run
+// (see keepAtStop). It waits for the running jobs until ctx ends, then
+// cancels their handlers and waits for them to record their outcome. Jobs
+// cut off this way, and those still waiting then, are released for
+// redelivery; those cut off as resumed attempts.
 func (p *Pool) Stop(ctx context.Context) error {
 	if p.fetchCancel == nil {
 		return nil
@@ -274,6 +280,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.stopOnce.Do(func() {
 		p.running.Store(false)
 		p.stopping.Store(true)
+		close(p.halt)
 		p.log.Info().Msg("stop fetching jobs")
 		p.fetchCancel()
 		<-p.fetchDone
@@ -453,10 +460,34 @@ func (p *Pool) runAll(ctx context.Context) {
 	}
 }
 
+// keepAtStop reports whether a job fetched before Stop, and not started,
+// runs still rather than being handed back: a job on its last delivery.
+// Handed back, its deliveries would run out, and the sweep would
+// dead-letter it without its ever having run. It runs as long as Stop
+// waits for the running jobs; the others each spend a delivery.
+func (p *Pool) keepAtStop(it *inflight) bool {
+	return it.job.Attempt >= p.cfg.MaxDeliver
+}
+
+// handBackAtStop hands back, once Stop began, the jobs of batch that do not
+// run still (see keepAtStop), and returns the rest.
+func (p *Pool) handBackAtStop(batch []*inflight) []*inflight {
+	if !p.stopping.Load() {
+		return batch
+	}
+	return slices.DeleteFunc(batch, func(it *inflight) bool {
+		if p.keepAtStop(it) {
+			return false
+		}
+		p.handBack(it, "shutdown before the job started")
+		return true
+	})
+}
+
 // runOne runs one claimed job and records a failure. It reports whether the
 // job succeeded and its completion is on its way (for the acker).
 func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
-	if ctx.Err() != nil || p.stopping.Load() {
+	if ctx.Err() != nil || p.stopping.Load() && !p.keepAtStop(it) {
 		// Fetched, but shutdown came before a worker: hand it back.
 		p.beats.remove(it)
 		p.releaseUnstarted(it)

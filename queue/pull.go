@@ -33,11 +33,11 @@ var errPullRefused = errors.New("pull refused by the server")
 //
 // The pull is jobq's own rather than nats.go's Fetch: the pull's
 // subscription admits each job on the goroutine that delivers it, with no
-// hand-off to a goroutine of Fetch's and no timer per message between. A
-// pull that was requested is read to its end, even while stopping: its
-// jobs are delivered to us and would otherwise wait for the ack wait.
-func (p *Pool) fetchBatch(n int, maxBytes int64) (int, error) {
-	got, err := pullJobs(context.Background(), p.obj.JS.Conn(), n, maxBytes, p.fetchWait, p.admit)
+// hand-off to a goroutine of Fetch's and no timer per message between.
+// Once ctx ends (Stop), the pull takes no more jobs, and those already sent
+// are admitted (see pullJobs).
+func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, error) {
+	got, err := pullJobs(ctx, p.obj.JS.Conn(), n, maxBytes, p.fetchWait, p.admit)
 	if err != nil {
 		p.log.Warn().Err(err).Msg("fetch jobs")
 	}
@@ -47,8 +47,15 @@ func (p *Pool) fetchBatch(n int, maxBytes int64) (int, error) {
 // pullJobs makes one pull from WORKER of up to n jobs, of at most maxBytes
 // in all (0: any), that waits up to wait for them, and admits each job as
 // it arrives. It returns how many it got, and an error if the pull could
-// not be made or the server refused it. ctx ending ends the pull on jobq's
-// side; a job that arrives after that is handed back (see receive).
+// not be made or the server refused it.
+//
+// ctx ending ends the pull: its subscription is drained, so the server,
+// which looks for interest before it sends each job, sends no more, and
+// the jobs it sent before are still admitted. Cut off instead, they would
+// wait out the ack wait; left open, the pull would take in jobs, or the
+// very jobs a stopping pool hands back, until its wait ran out, each
+// handed back again at the cost of a delivery. A job that arrives after
+// the pull ended is handed back (see receive).
 func pullJobs(ctx context.Context, nc *nats.Conn, n int, maxBytes int64, wait time.Duration, admit func(jetstream.Msg)) (int, error) {
 	pl := &pull{admit: admit, n: n, maxBytes: maxBytes, done: make(chan struct{})}
 	inbox := nc.NewInbox()
@@ -80,6 +87,14 @@ func pullJobs(ctx context.Context, nc *nats.Conn, n int, maxBytes int64, wait ti
 	case <-t.C:
 		pl.end(nil)
 	case <-ctx.Done():
+		drained := sub.StatusChanged(nats.SubscriptionClosed)
+		if sub.Drain() == nil {
+			select {
+			case <-drained:
+			case <-pl.done:
+			case <-t.C:
+			}
+		}
 		pl.end(nil)
 	}
 	return pl.result()

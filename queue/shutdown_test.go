@@ -15,49 +15,135 @@ import (
 // A job the pool had fetched but not started when Stop was called is handed
 // back, not started while the running job finishes (the README: fetching
 // stops, running jobs get --shutdown-timeout to finish, jobs fetched and
-// not started are handed back as they were).
+// not started are handed back as they were), unless it is on its last
+// delivery: handed back, it would be dead-lettered without having run, so
+// it runs while Stop waits.
 func TestStopHandsBackFetchedJobsUnstarted(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{Workers: 1})
-	release := make(chan struct{})
-	started := make(chan string, 4)
-	var mu sync.Mutex
-	ran := map[string]bool{}
-	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
-		mu.Lock()
-		ran[job.ID] = true
-		mu.Unlock()
-		started <- job.ID
-		if job.ID == "first" {
-			<-release
-		}
-		return nil
-	}), servertest.Logger(t))
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	b.enqueue(t, "job.s", "first", "x")
-	if id := <-started; id != "first" {
-		t.Fatalf("started %s, want first", id)
-	}
-	b.enqueue(t, "job.s", "waiting", "x")
-	b.waitAckPending(t, 2) // fetched, its worker busy with "first"
+	for _, tt := range []struct {
+		name       string
+		maxDeliver int
+		noLedger   bool
+		wantRun    bool
+	}{
+		{"spare deliveries", 3, false, false},
+		{"spare deliveries, no ledger", 3, true, false},
+		{"last delivery", 1, false, true},
+		{"last delivery, no ledger", 1, true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{Workers: 1, MaxDeliver: tt.maxDeliver, NoLedger: tt.noLedger})
+			release := make(chan struct{})
+			started := make(chan string, 4)
+			c := newCounter()
+			p := queue.NewPool(b.obj, c.wrap(func(ctx context.Context, job *data.Job) error {
+				started <- job.ID
+				if job.ID == "first" {
+					<-release
+				}
+				return nil
+			}), servertest.Logger(t))
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b.enqueue(t, "job.s", "first", "x")
+			if id := <-started; id != "first" {
+				t.Fatalf("started %s, want first", id)
+			}
+			b.enqueue(t, "job.s", "waiting", "x")
+			b.waitAckPending(t, 2) // fetched, its worker busy with "first"
 
-	stopped := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		stopped <- p.Stop(ctx)
-	}()
-	time.Sleep(500 * time.Millisecond) // shutdown has begun: fetching stopped
-	close(release)                     // the running job finishes well within the timeout
-	if err := <-stopped; err != nil {
-		t.Fatalf("stop: %v", err)
+			stopped := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				stopped <- p.Stop(ctx)
+			}()
+			time.Sleep(500 * time.Millisecond) // shutdown has begun: fetching stopped
+			close(release)                     // the running job finishes well within the timeout
+			if err := <-stopped; err != nil {
+				t.Fatalf("stop: %v", err)
+			}
+			st := b.status(t)
+			switch ran := c.get("waiting") == 1; {
+			case ran != tt.wantRun:
+				t.Fatalf("job \"waiting\" on delivery 1 of %d, fetched before shutdown: ran %d times during it, want run %v", tt.maxDeliver, c.get("waiting"), tt.wantRun)
+			case tt.wantRun && (st.Stream.Messages != 0 || st.DLQ.Messages != 0):
+				t.Errorf("after stop: JOB holds %d jobs and DLQ %d; want both run and acked", st.Stream.Messages, st.DLQ.Messages)
+			case !tt.wantRun && st.Stream.Messages != 1:
+				t.Errorf("after stop: JOB holds %d jobs; want \"waiting\" handed back", st.Stream.Messages)
+			case !tt.wantRun:
+				b.wantNextDelivery(t, "waiting", 2)
+			}
+			if tt.wantRun && !tt.noLedger {
+				if rec := b.record(t, "waiting"); rec.State != data.StateDone {
+					t.Errorf("\"waiting\" ran at shutdown; its record is %+v, want done", rec)
+				}
+			}
+		})
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if ran["waiting"] {
-		t.Errorf("job \"waiting\" was fetched before shutdown but started after it began; want it handed back unstarted")
+}
+
+// A job whose admission is failing (the ledger refuses the pool's lease)
+// when Stop is called goes back at once if it has deliveries to spare, so
+// Stop does not wait on the ledger for it. On its last delivery it is held
+// while Stop waits, and runs once the ledger answers, rather than being
+// handed back to be dead-lettered unrun.
+func TestStopAndAJobWhoseAdmissionWaits(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name       string
+		maxDeliver int
+	}{{"spare deliveries", 3}, {"last delivery", 1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			last := tt.maxDeliver == 1
+			b := setup(t, queue.Config{Workers: 1, MaxDeliver: tt.maxDeliver})
+			c := newCounter()
+			p := queue.NewPool(b.obj, c.wrap(ok), servertest.Logger(t))
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b.enqueue(t, "job.s", "a", "x") // the pool's lease is written
+			b.waitDrained(t)
+			setDiscardNewPerSubject(t, b, true) // the ledger refuses the lease's writes
+			b.enqueue(t, "job.s", "J", "x")
+			b.waitAckPending(t, 1) // fetched, its admission failing
+			stopped := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				stopped <- p.Stop(ctx)
+			}()
+			if last {
+				time.Sleep(500 * time.Millisecond) // shutdown has begun
+				if n := c.get("J"); n != 0 {
+					t.Fatalf("J ran %d times while the ledger refused its lease; want 0", n)
+				}
+				setDiscardNewPerSubject(t, b, false)
+			}
+			select {
+			case err := <-stopped:
+				if err != nil {
+					t.Fatalf("stop: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("Stop still waits on the ledger for J, delivery 1 of %d", tt.maxDeliver)
+			}
+			st := b.status(t)
+			switch n := c.get("J"); {
+			case last && n != 1:
+				t.Fatalf("J, on its last delivery, ran %d times by the end of shutdown; want once", n)
+			case last && (st.Stream.Messages != 0 || st.DLQ.Messages != 0):
+				t.Errorf("after stop: JOB holds %d jobs and DLQ %d; want J run and acked", st.Stream.Messages, st.DLQ.Messages)
+			case !last && (n != 0 || st.Stream.Messages != 1):
+				t.Fatalf("after stop: J ran %d times and JOB holds %d jobs; want J handed back unrun", n, st.Stream.Messages)
+			case !last:
+				setDiscardNewPerSubject(t, b, false)
+				b.wantNextDelivery(t, "J", 2)
+			}
+		})
 	}
 }
 
@@ -108,5 +194,28 @@ func TestNextWithNoWaitTakesAWaitingJob(t *testing.T) {
 	found, err := queue.Next(context.Background(), b.obj, handlers.HandlerFunc(ok), 0, servertest.Logger(t))
 	if err != nil || !found {
 		t.Errorf("next --wait 0 with a job waiting: got %v %v, want it taken", found, err)
+	}
+}
+
+// wantNextDelivery runs the jobs left in JOB in a new pool and fails t
+// unless job id, the only one left, runs once, on delivery n: a stop that
+// handed it back once spent one delivery, not more.
+func (b *testBundle) wantNextDelivery(t *testing.T, id string, n int) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []int
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if job.ID == id {
+			got = append(got, job.Attempt)
+		}
+		return nil
+	}))
+	b.waitDrained(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != n {
+		t.Errorf("after the stop, %s ran on deliveries %v; want once, on delivery %d", id, got, n)
 	}
 }
