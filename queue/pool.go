@@ -86,9 +86,9 @@ type Pool struct {
 	leasing bool
 
 	running     atomic.Bool
-	stopping    atomic.Bool  // Stop began: no handler starts any more
+	stopping    atomic.Bool   // Stop began: no handler starts any more
 	halt        chan struct{} // closed when Stop begins, for the jobs waiting on the ledger
-	handling    atomic.Int64 // handlers running now, for InFlight
+	handling    atomic.Int64  // handlers running now, for InFlight
 	fetchCancel context.CancelFunc
 	workCancel  context.CancelFunc
 	fetchDone   chan struct{}
