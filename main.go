@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -471,6 +472,8 @@ func serveCommand() *cli.Command {
 		&cli.BoolFlag{Name: "demo", Usage: "publish a sample payroll job every --demo-interval and log it"},
 		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, Usage: "how often --demo publishes"},
 		&cli.StringFlag{Name: "server", Usage: "use this NATS server instead of the embedded one"},
+		&cli.StringFlag{Name: "tls-ca", Usage: "with --server: CA certificate file to verify that server's TLS certificate"},
+		&cli.StringFlag{Name: "nkey-seed", Usage: "with --server: file holding an nkey seed to authenticate with"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "how long running jobs may finish after SIGINT/SIGTERM"},
 		&cli.StringFlag{Name: "token", Usage: "client token the server requires"},
 		&cli.StringFlag{Name: "user", Usage: "client user the server requires (with --password)"},
@@ -568,6 +571,11 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	}
 	if err := sc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}
+	}
+	for _, f := range []string{"tls-ca", "nkey-seed"} {
+		if c.String(f) != "" && c.String("server") == "" {
+			return server.Config{}, queue.Config{}, badUsage("--%s goes with --server: it is how jobq connects to that server", f)
+		}
 	}
 	for _, f := range []string{"tls-cert", "tls-key"} {
 		if name := c.String(f); name != "" {
@@ -990,6 +998,8 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization):
 		return nil, fmt.Errorf("the jobq server at %s refused the credentials: %w; pass those jobq serve was started with (--token, --user and --password, or --nkey-seed)", redactURL(url), err)
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		return nil, fmt.Errorf("cannot trust the TLS certificate of the server at %s: %w; pass the CA that signed it with --tls-ca", redactURL(url), err)
 	case err != nil:
 		return nil, fmt.Errorf("cannot reach a jobq server at %s: %w; start one with `jobq serve` or pass --server", redactURL(url), err)
 	}

@@ -256,6 +256,9 @@ type jobqServer struct {
 	done    chan struct{}    // closed once it exited
 	state   *os.ProcessState // set before done is closed
 	ended   bool             // the test stopped or killed it
+	// clientFlags are added to its client commands (see jobqIn), such as
+	// the credentials it requires.
+	clientFlags []string
 }
 
 // startServe starts `jobq serve` on free loopback ports, JSON debug logs
@@ -434,7 +437,7 @@ func (s *jobqServer) jobq(t *testing.T, args ...string) result {
 // jobqIn runs a client command against s with stdin.
 func (s *jobqServer) jobqIn(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
-	return runCmd(t, cmdInput{stdin: stdin}, jobqBin, withFlags(args, "--server", s.url)...)
+	return runCmd(t, cmdInput{stdin: stdin}, jobqBin, withFlags(args, append([]string{"--server", s.url}, s.clientFlags...)...)...)
 }
 
 // withFlags returns args with flags added after the arguments, the way people
@@ -1322,6 +1325,24 @@ func TestCLIServeWithExternalServer(t *testing.T) {
 	startServe(t, serveOpts{args: []string{"--server", broker.url, "--handler", "job.>=log"}})
 	broker.enqueue(t, "job.ext", "x", "ext-1")
 	broker.waitState(t, "ext-1", "done")
+}
+
+// jobq serve --server reaches a server whose TLS certificate a private CA
+// signed with --tls-ca, as client commands do; without it, it says what to
+// pass. --tls-ca without --server is bad usage.
+func TestCLIServeWithExternalServerOverTLS(t *testing.T) {
+	t.Parallel()
+	cert, key := servertest.SelfSignedCert(t, t.TempDir())
+	broker := startServe(t, serveOpts{args: []string{"--tls-cert", cert, "--tls-key", key, "--token", "s3cret"}})
+	broker.clientFlags = []string{"--tls-ca", cert, "--token", "s3cret"}
+
+	untrusted := runCmd(t, cmdInput{}, jobqBin, "serve", "--server", broker.url, "--token", "s3cret", "--http", "", "--handler", "job.>=log")
+	wantOneLineError(t, untrusted, 1, "TLS certificate", "--tls-ca")
+	wantOneLineError(t, jobq(t, "serve", "--tls-ca", cert, "--http", "", "--store-dir", t.TempDir()), 2, "--tls-ca goes with --server")
+
+	startServe(t, serveOpts{args: []string{"--server", broker.url, "--tls-ca", cert, "--token", "s3cret", "--handler", "job.>=log"}})
+	broker.enqueue(t, "job.ext", "x", "ext-tls")
+	broker.waitState(t, "ext-tls", "done")
 }
 
 func TestCLIServeStoreDirInUse(t *testing.T) {

@@ -2,14 +2,7 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -188,7 +181,7 @@ func TestAuth(t *testing.T) {
 func TestTLSRoundTrip(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile := writeSelfSigned(t, dir)
+	certFile, keyFile := servertest.SelfSignedCert(t, dir)
 	srv := servertest.StartConfig(t, server.Config{
 		Listen: "127.0.0.1:0", TLSCert: certFile, TLSKey: keyFile, Token: "t", Logger: servertest.Logger(t),
 	})
@@ -207,28 +200,4 @@ func TestTLSRoundTrip(t *testing.T) {
 	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "pong" {
 		t.Errorf("round trip: got %v, %v; want pong", m, err)
 	}
-}
-
-func writeSelfSigned(t *testing.T, dir string) (string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jobq test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	return certFile, keyFile
 }
