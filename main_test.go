@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/queue"
@@ -1343,6 +1344,28 @@ func TestCLIServeWithExternalServerOverTLS(t *testing.T) {
 	startServe(t, serveOpts{args: []string{"--server", broker.url, "--tls-ca", cert, "--token", "s3cret", "--handler", "job.>=log"}})
 	broker.enqueue(t, "job.ext", "x", "ext-tls")
 	broker.waitState(t, "ext-tls", "done")
+}
+
+// A server that takes an nkey is reached with --nkey-seed, by client
+// commands and by jobq serve --server alike.
+func TestCLINkeySeed(t *testing.T) {
+	t.Parallel()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(t.TempDir(), "user.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	broker := startServe(t, serveOpts{args: []string{"--nkey", pub}})
+	wantOneLineError(t, broker.jobq(t, "status"), 1, "refused the credentials", "--nkey-seed")
+	broker.clientFlags = []string{"--nkey-seed", seedFile}
+	startServe(t, serveOpts{args: []string{"--server", broker.url, "--nkey-seed", seedFile, "--handler", "job.>=log"}})
+	broker.enqueue(t, "job.ext", "x", "ext-nkey")
+	broker.waitState(t, "ext-nkey", "done")
 }
 
 func TestCLIServeStoreDirInUse(t *testing.T) {
