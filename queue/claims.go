@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jobq/jobq/data"
 )
 
@@ -72,6 +74,13 @@ func (p *Pool) claimAll(ctx context.Context) {
 	}
 }
 
+// refused reports whether a failed ledger write is the server's refusal,
+// which stored nothing, rather than an answer that never came, or a claim
+// found live that may be the write's own.
+func refused(err error) bool {
+	return !errors.Is(err, data.ErrClaimed) && errors.As(err, new(*jetstream.APIError))
+}
+
 // claimed settles a job's claim and reports whether a worker should run it.
 // Jobs it does not pass on are acked or released here. A claim that the
 // ledger could not settle (a timeout, a bucket that refuses writes) is
@@ -105,14 +114,29 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 			backoff = min(2*backoff, 5*time.Second)
 		}
 		p.jobLog(it.job).Warn().Err(err).Dur("retry_in", wait).Msg("claim job: retrying")
-		giveUp := false
-		select {
-		case <-time.After(wait):
-		case <-halt: // Stop began: the job goes back unless it runs still
-			halt, giveUp = nil, !p.keepAtStop(it)
-		case <-stop:
-			giveUp = true
+		giveUp, timer := false, time.NewTimer(wait)
+	waiting:
+		for {
+			select {
+			case <-timer.C:
+				break waiting
+			case <-halt:
+				// Stop began: the job goes back, unless it runs still or
+				// its claim may have landed (the ledger did not refuse
+				// it): a live claim of this pool's would hold the job's
+				// next delivery too, spending it. That one waits its
+				// claim out, as before Stop.
+				halt = nil
+				if !p.keepAtStop(it) && refused(err) {
+					giveUp = true
+					break waiting
+				}
+			case <-stop:
+				giveUp = true
+				break waiting
+			}
 		}
+		timer.Stop()
 		if giveUp {
 			p.beats.remove(it)
 			log := *p.jobLog(it.job)

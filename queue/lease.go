@@ -110,6 +110,7 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 				backoff = min(2*backoff, 5*time.Second)
 			case <-halt: // Stop began: those that do not run still go back
 				halt = nil
+				continue
 			case <-ctx.Done():
 				for _, it := range batch {
 					p.handBack(it, "shutdown before the job's ledger check")

@@ -268,10 +268,12 @@ func (p *Pool) Running() bool { return p.running.Load() }
 
 // Stop stops fetching and starting jobs: those fetched and not started are
 // handed back as they were, but for those on their last delivery, which run
-// (see keepAtStop). It waits for the running jobs until ctx ends, then
-// cancels their handlers and waits for them to record their outcome. Jobs
-// cut off this way, and those still waiting then, are released for
-// redelivery; those cut off as resumed attempts.
+// if a worker is free for them before ctx ends (see keepAtStop), and those
+// waiting out a claim that may be their own (see claimed). It waits for the
+// running jobs until ctx ends, then cancels their handlers and waits for
+// them to record their outcome. Jobs cut off this way, and those still
+// waiting then, are released for redelivery; those cut off as resumed
+// attempts.
 func (p *Pool) Stop(ctx context.Context) error {
 	if p.fetchCancel == nil {
 		return nil

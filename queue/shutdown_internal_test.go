@@ -1,0 +1,68 @@
+package queue
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/server/servertest"
+)
+
+// A job with a delivery to spare that waits out its own claim, whose write
+// landed though its answer was lost, goes on waiting when Stop begins.
+// Handed back at once with that claim still live, its next delivery (its
+// last) would find the live claim and be released again: dead-lettered
+// without ever having run.
+func TestStopWaitsOutAClaimThatMayHaveLanded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{MaxDeliver: 2, AckWait: 6 * time.Second})
+	l := failedBefore(t, obj, "J") // J has a record: it is claimed first
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
+	p.ledger = data.NewLedger(landedTimeout{KeyValue: obj.Ledger, once: new(atomic.Bool)}, obj.Config.lease(), obj.JS)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	// J's claim landed, its answer lost: the pool waits it out.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := l.Get(ctx, "J")
+		if err == nil && rec.State == data.StateRunning && rec.Seq != 1000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("J not claimed: %+v %v", rec, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // in the wait
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := p.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	p2 := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		runs.Add(1)
+		return nil
+	}), servertest.Logger(t))
+	startPool(t, p2)
+	deadline = time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && runs.Load() == 0 {
+		if info, _ := obj.Dead.Info(ctx); info != nil && info.State.Msgs > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	info, _ := obj.Dead.Info(ctx)
+	rec, _ := l.Get(ctx, "J")
+	if runs.Load() != 1 || info.State.Msgs != 0 {
+		t.Errorf("J, on delivery 1 of 2 at the stop, ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", runs.Load(), info.State.Msgs, rec)
+	}
+}
