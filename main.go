@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -472,8 +473,11 @@ func serveCommand() *cli.Command {
 		&cli.BoolFlag{Name: "demo", Usage: "publish a sample payroll job every --demo-interval and log it"},
 		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, Usage: "how often --demo publishes"},
 		&cli.StringFlag{Name: "server", Usage: "use this NATS server instead of the embedded one"},
-		&cli.StringFlag{Name: "tls-ca", Usage: "with --server: CA certificate file to verify that server's TLS certificate"},
-		&cli.StringFlag{Name: "nkey-seed", Usage: "with --server: file holding an nkey seed to authenticate with"},
+		// Ignored without --server, so that a --config file or JOBQ_*
+		// variables shared with the client commands leave the embedded
+		// server as it is.
+		&cli.StringFlag{Name: "tls-ca", Usage: "with --server: CA certificate file to verify that server's TLS certificate (ignored otherwise)"},
+		&cli.StringFlag{Name: "nkey-seed", Usage: "with --server: file holding an nkey seed to authenticate with (ignored otherwise)"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "how long running jobs may finish after SIGINT/SIGTERM"},
 		&cli.StringFlag{Name: "token", Usage: "client token the server requires"},
 		&cli.StringFlag{Name: "user", Usage: "client user the server requires (with --password)"},
@@ -571,11 +575,6 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	}
 	if err := sc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}
-	}
-	for _, f := range []string{"tls-ca", "nkey-seed"} {
-		if c.String(f) != "" && c.String("server") == "" {
-			return server.Config{}, queue.Config{}, badUsage("--%s goes with --server: it is how jobq connects to that server", f)
-		}
 	}
 	for _, f := range []string{"tls-cert", "tls-key"} {
 		if name := c.String(f); name != "" {
@@ -998,6 +997,8 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization):
 		return nil, fmt.Errorf("the jobq server at %s refused the credentials: %w; pass those jobq serve was started with (--token, --user and --password, or --nkey-seed)", redactURL(url), err)
+	case errors.As(err, new(x509.HostnameError)):
+		return nil, fmt.Errorf("the TLS certificate of the server at %s is not for that host: %w; connect by a name or address the certificate holds", redactURL(url), err)
 	case errors.As(err, new(*tls.CertificateVerificationError)):
 		return nil, fmt.Errorf("cannot trust the TLS certificate of the server at %s: %w; pass the CA that signed it with --tls-ca", redactURL(url), err)
 	case err != nil:

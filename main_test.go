@@ -1330,16 +1330,33 @@ func TestCLIServeWithExternalServer(t *testing.T) {
 
 // jobq serve --server reaches a server whose TLS certificate a private CA
 // signed with --tls-ca, as client commands do; without it, it says what to
-// pass. --tls-ca without --server is bad usage.
+// pass. The broker's JOBQ_TLS_CA, there for its client commands, leaves the
+// embedded server as it is, and so does a --config file that serve and the
+// client commands share.
 func TestCLIServeWithExternalServerOverTLS(t *testing.T) {
 	t.Parallel()
-	cert, key := servertest.SelfSignedCert(t, t.TempDir())
-	broker := startServe(t, serveOpts{args: []string{"--tls-cert", cert, "--tls-key", key, "--token", "s3cret"}})
+	dir := t.TempDir()
+	cert, key := servertest.SelfSignedCert(t, dir)
+	broker := startServe(t, serveOpts{
+		args: []string{"--tls-cert", cert, "--tls-key", key, "--token", "s3cret"},
+		env:  []string{"JOBQ_TLS_CA=" + cert},
+	})
 	broker.clientFlags = []string{"--tls-ca", cert, "--token", "s3cret"}
 
 	untrusted := runCmd(t, cmdInput{}, jobqBin, "serve", "--server", broker.url, "--token", "s3cret", "--http", "", "--handler", "job.>=log")
 	wantOneLineError(t, untrusted, 1, "TLS certificate", "--tls-ca")
-	wantOneLineError(t, jobq(t, "serve", "--tls-ca", cert, "--http", "", "--store-dir", t.TempDir()), 2, "--tls-ca goes with --server")
+	elsewhere, elsewhereKey := servertest.SelfSignedCert(t, t.TempDir(), "jobq.example")
+	misnamed := startServe(t, serveOpts{args: []string{"--tls-cert", elsewhere, "--tls-key", elsewhereKey}})
+	wantOneLineError(t, jobq(t, "status", "--server", misnamed.url, "--tls-ca", elsewhere), 1, "not for that host")
+
+	shared := filepath.Join(dir, "jobq.yaml")
+	if err := os.WriteFile(shared, []byte("tls-cert: "+cert+"\ntls-key: "+key+"\ntls-ca: "+cert+"\ntoken: s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := startServe(t, serveOpts{args: []string{"--config", shared, "--handler", "job.>=log"}})
+	other.clientFlags = []string{"--config", shared}
+	other.enqueue(t, "job.x", "x", "shared-config")
+	other.waitState(t, "shared-config", "done")
 
 	startServe(t, serveOpts{args: []string{"--server", broker.url, "--tls-ca", cert, "--token", "s3cret", "--handler", "job.>=log"}})
 	broker.enqueue(t, "job.ext", "x", "ext-tls")

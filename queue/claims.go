@@ -140,8 +140,15 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		if giveUp {
 			p.beats.remove(it)
 			log := *p.jobLog(it.job)
-			log.Info().Msg("shutdown before the job's claim: released")
-			p.nak(it.msg, 0, log)
+			// A live claim that may be this pool's own, cut short by the
+			// shutdown timeout: the job comes back once it ended, rather
+			// than find it live and go back again, spending a delivery.
+			var delay time.Duration
+			if errors.Is(err, data.ErrClaimed) {
+				delay = max(time.Until(claim.Record.LeaseUntil)+time.Second, 0)
+			}
+			log.Info().Dur("retry_in", delay).Msg("shutdown before the job's claim: released")
+			p.nak(it.msg, delay, log)
 			return false
 		}
 		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)

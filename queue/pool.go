@@ -282,10 +282,12 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.stopOnce.Do(func() {
 		p.running.Store(false)
 		p.stopping.Store(true)
-		close(p.halt)
 		p.log.Info().Msg("stop fetching jobs")
 		p.fetchCancel()
 		<-p.fetchDone
+		// Only now, the pull drained: a job handed back before would come
+		// back into it, to be handed back again (see handBackAtStop).
+		close(p.halt)
 		p.sweeping.Wait()
 		select {
 		case <-p.finished:
@@ -474,9 +476,13 @@ func (p *Pool) keepAtStop(it *inflight) bool {
 // handBackAtStop hands back, once Stop began, the jobs of batch that do not
 // run still (see keepAtStop), and returns the rest.
 func (p *Pool) handBackAtStop(batch []*inflight) []*inflight {
-	if !p.stopping.Load() {
+	if !p.stopping.Load() || !slices.ContainsFunc(batch, func(it *inflight) bool { return !p.keepAtStop(it) }) {
 		return batch
 	}
+	// Once the fetcher's pull is drained: handed back into it, a job would
+	// come straight back, to be handed back again at the cost of another
+	// delivery.
+	<-p.fetchDone
 	return slices.DeleteFunc(batch, func(it *inflight) bool {
 		if p.keepAtStop(it) {
 			return false
@@ -490,7 +496,11 @@ func (p *Pool) handBackAtStop(batch []*inflight) []*inflight {
 // job succeeded and its completion is on its way (for the acker).
 func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	if ctx.Err() != nil || p.stopping.Load() && !p.keepAtStop(it) {
-		// Fetched, but shutdown came before a worker: hand it back.
+		// Fetched, but shutdown came before a worker: hand it back, once
+		// the pull is drained (see handBackAtStop).
+		if p.stopping.Load() {
+			<-p.fetchDone
+		}
 		p.beats.remove(it)
 		p.releaseUnstarted(it)
 		return false

@@ -57,6 +57,9 @@ func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, erro
 // handed back again at the cost of a delivery. A job that arrives after
 // the pull ended is handed back (see receive).
 func pullJobs(ctx context.Context, nc *nats.Conn, n int, maxBytes int64, wait time.Duration, admit func(jetstream.Msg)) (int, error) {
+	if ctx.Err() != nil {
+		return 0, nil // no pull, to drain again, once ctx ended
+	}
 	pl := &pull{admit: admit, n: n, maxBytes: maxBytes, done: make(chan struct{})}
 	inbox := nc.NewInbox()
 	sub, err := nc.Subscribe(inbox, pl.receive)

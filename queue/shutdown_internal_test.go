@@ -16,8 +16,20 @@ import (
 // Handed back at once with that claim still live, its next delivery (its
 // last) would find the live claim and be released again: dead-lettered
 // without ever having run.
+//
+// So does one whose shutdown timeout comes first: it goes back only once
+// that claim has ended.
 func TestStopWaitsOutAClaimThatMayHaveLanded(t *testing.T) {
 	t.Parallel()
+	for _, timeout := range []time.Duration{20 * time.Second, time.Second} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			t.Parallel()
+			stopWaitingOutALandedClaim(t, timeout)
+		})
+	}
+}
+
+func stopWaitingOutALandedClaim(t *testing.T, shutdownTimeout time.Duration) {
 	ctx := context.Background()
 	obj := objectsWith(t, Config{MaxDeliver: 2, AckWait: 6 * time.Second})
 	l := failedBefore(t, obj, "J") // J has a record: it is claimed first
@@ -42,7 +54,7 @@ func TestStopWaitsOutAClaimThatMayHaveLanded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // in the wait
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
 	defer cancel()
 	if err := p.Stop(sctx); err != nil {
 		t.Fatal(err)
@@ -63,6 +75,6 @@ func TestStopWaitsOutAClaimThatMayHaveLanded(t *testing.T) {
 	info, _ := obj.Dead.Info(ctx)
 	rec, _ := l.Get(ctx, "J")
 	if runs.Load() != 1 || info.State.Msgs != 0 {
-		t.Errorf("J, on delivery 1 of 2 at the stop, ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", runs.Load(), info.State.Msgs, rec)
+		t.Errorf("J, on delivery 1 of 2 at a stop with a %s timeout, ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", shutdownTimeout, runs.Load(), info.State.Msgs, rec)
 	}
 }

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -69,8 +70,11 @@ func TestStopHandsBackFetchedJobsUnstarted(t *testing.T) {
 			switch ran := c.get("waiting") == 1; {
 			case ran != tt.wantRun:
 				t.Fatalf("job \"waiting\" on delivery 1 of %d, fetched before shutdown: ran %d times during it, want run %v", tt.maxDeliver, c.get("waiting"), tt.wantRun)
-			case tt.wantRun && (st.Stream.Messages != 0 || st.DLQ.Messages != 0):
-				t.Errorf("after stop: JOB holds %d jobs and DLQ %d; want both run and acked", st.Stream.Messages, st.DLQ.Messages)
+			case tt.wantRun:
+				b.waitDrained(t) // its ack lands
+				if st := b.status(t); st.DLQ.Messages != 0 {
+					t.Errorf("after stop: DLQ holds %d; want both run and acked", st.DLQ.Messages)
+				}
 			case !tt.wantRun && st.Stream.Messages != 1:
 				t.Errorf("after stop: JOB holds %d jobs; want \"waiting\" handed back", st.Stream.Messages)
 			case !tt.wantRun:
@@ -135,13 +139,69 @@ func TestStopAndAJobWhoseAdmissionWaits(t *testing.T) {
 			switch n := c.get("J"); {
 			case last && n != 1:
 				t.Fatalf("J, on its last delivery, ran %d times by the end of shutdown; want once", n)
-			case last && (st.Stream.Messages != 0 || st.DLQ.Messages != 0):
-				t.Errorf("after stop: JOB holds %d jobs and DLQ %d; want J run and acked", st.Stream.Messages, st.DLQ.Messages)
+			case last:
+				b.waitDrained(t) // its ack lands
+				if st := b.status(t); st.DLQ.Messages != 0 {
+					t.Errorf("after stop: DLQ holds %d; want J run and acked", st.DLQ.Messages)
+				}
 			case !last && (n != 0 || st.Stream.Messages != 1):
 				t.Fatalf("after stop: J ran %d times and JOB holds %d jobs; want J handed back unrun", n, st.Stream.Messages)
 			case !last:
 				setDiscardNewPerSubject(t, b, false)
 				b.wantNextDelivery(t, "J", 2)
+			}
+		})
+	}
+}
+
+// One stop hands each fetched job back once: not into the pull still open
+// at the stop, from which it would come back to be handed back again, a
+// delivery spent each time. Here the jobs wait on a ledger that refuses the
+// pool's lease, so they go back as soon as Stop begins.
+func TestStopHandsBackEachJobOnce(t *testing.T) {
+	t.Parallel()
+	const jobs = 40
+	for round := range 4 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{Workers: 1, MaxDeliver: 5})
+			p := queue.NewPool(b.obj, handlers.HandlerFunc(ok), servertest.Logger(t))
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b.enqueue(t, "job.s", "a", "x") // the pool's lease is written
+			b.waitDrained(t)
+			setDiscardNewPerSubject(t, b, true) // the ledger refuses the lease's writes
+			for i := range jobs {
+				b.enqueue(t, "job.s", fmt.Sprintf("j%d", i), "x")
+			}
+			b.waitAckPending(t, jobs)
+			time.Sleep(200 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := p.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			setDiscardNewPerSubject(t, b, false)
+			var mu sync.Mutex
+			attempts := map[string]int{}
+			b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+				mu.Lock()
+				defer mu.Unlock()
+				attempts[job.ID] = job.Attempt
+				return nil
+			}))
+			b.waitDrained(t)
+			mu.Lock()
+			defer mu.Unlock()
+			var again []string
+			for id, n := range attempts {
+				if n != 2 {
+					again = append(again, fmt.Sprintf("%s on delivery %d", id, n))
+				}
+			}
+			if len(attempts) != jobs || len(again) > 0 {
+				t.Errorf("after one stop, %d of %d jobs ran; these not on delivery 2: %v", len(attempts), jobs, again)
 			}
 		})
 	}

@@ -84,10 +84,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// SelfSignedCert writes a self-signed certificate for 127.0.0.1 and
-// localhost, valid for an hour, and its key into dir, and returns their
-// paths: the certificate is its own CA.
-func SelfSignedCert(t testing.TB, dir string) (certFile, keyFile string) {
+// SelfSignedCert writes a self-signed certificate for hosts (names or IP
+// addresses; none: 127.0.0.1 and localhost), valid for an hour, and its key
+// into dir, and returns their paths: the certificate is its own CA.
+func SelfSignedCert(t testing.TB, dir string, hosts ...string) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -96,9 +96,18 @@ func SelfSignedCert(t testing.TB, dir string) (certFile, keyFile string) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jobq test"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1", "localhost"}
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
