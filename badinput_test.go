@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,6 +35,20 @@ func TestBadInputLosesNothing(t *testing.T) {
 		{name: "a header of jobq's own", args: []string{"enqueue", "job.x", "x", "-H", "Jobq-Job-Id=seq-1"}, code: 2, want: []string{"Jobq-Job-Id", "jobq's own"}},
 		{name: "header without value", args: []string{"enqueue", "job.x", "x", "-H", "novalue"}, code: 2, want: []string{"key=value"}},
 		{name: "file that is not there", args: []string{"enqueue", "job.x", "--file", "/no/such/file"}, code: 1, want: []string{"/no/such/file"}},
+		// Over NATS's limit on a protocol line, the server would close the
+		// connection.
+		{name: "subject over 1024 bytes", args: []string{"enqueue", "job." + strings.Repeat("a", 5000), "x"}, code: 2, want: []string{"longer than 1024 bytes"}},
+		// An unset shell variable: a fresh ID would store the job again on
+		// each retry.
+		{name: "empty id", args: []string{"enqueue", "job.x", "x", "--id", ""}, code: 2, want: []string{"--id is empty"}},
+		{name: "header name with a space", args: []string{"enqueue", "job.x", "x", "-H", "X A=v"}, code: 2, want: []string{`"X A"`, "header name"}},
+		{name: "header name with a colon", args: []string{"enqueue", "job.x", "x", "-H", "X:Y=v"}, code: 2, want: []string{"header name"}},
+		{name: "header name not ASCII", args: []string{"enqueue", "job.x", "x", "-H", "X-é=v"}, code: 2, want: []string{"header name"}},
+		{name: "header value with a line break", args: []string{"enqueue", "job.x", "x", "-H", "X-B=a\nb"}, code: 2, want: []string{"X-B", "line break"}},
+		{name: "max payload over what NATS carries", args: []string{"enqueue", "job.x", "x", "--max-payload", "9000000000000000000"}, code: 2, want: []string{"--max-payload", "64 MiB"}},
+		{name: "import window out of range", stdin: `{"subject":"job.w"}` + "\n", args: []string{"import", "--window", "2000000000", "-"}, code: 2, want: []string{"--window 2000000000"}},
+		{name: "import max payload over what NATS carries", stdin: `{"subject":"job.w"}` + "\n", args: []string{"import", "--max-payload", "9000000000000000000", "-"}, code: 2, want: []string{"--max-payload"}},
+		{name: "config file that is not there", args: []string{"status", "--config", "/no/such/jobq.yaml"}, code: 2, want: []string{"--config", "/no/such/jobq.yaml"}},
 		{name: "job that is not there", args: []string{"job", "no-such-job"}, code: 1, want: []string{"no ledger record", "no-such-job"}},
 		{name: "dead letter that is not there", args: []string{"dlq", "show", "no-such-job"}, code: 1, want: []string{"no such dead letter"}},
 	}
@@ -49,6 +65,51 @@ func TestBadInputLosesNothing(t *testing.T) {
 		j := srv.next(t)
 		if !strings.HasPrefix(j.Payload, "payload of ") || !strings.HasSuffix(j.Payload, j.ID) {
 			t.Errorf("job %q: got payload %q, want the one stored", j.ID, j.Payload)
+		}
+	}
+}
+
+// jobq import refuses a line whose text JSON decoding would change, as
+// malformed: bytes that are not UTF-8 (two IDs in Latin-1 became one job,
+// the second dropped as its duplicate) and escaped halves of surrogate
+// pairs, which become U+FFFD. A subject too long for a NATS protocol line
+// is malformed too, rather than close the connection and fail every line.
+// The other lines are stored.
+func TestCLIImportRefusesTextItWouldChange(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	lines := []string{
+		`{"subject":"job.u","id":"good"}`,
+		"{\"subject\":\"job.u\",\"id\":\"caf\xe9\"}",
+		"{\"subject\":\"job.u\",\"id\":\"caf\xe8\"}",
+		"{\"subject\":\"job.\xff\",\"id\":\"u1\"}",
+		`{"subject":"job.u","id":"sur","payload":"\ud800"}`,
+		`{"subject":"job.u","id":"hdr","headers":{"X-A":"\udc00"}}`,
+		`{"subject":"job.` + strings.Repeat("a", 5000) + `","id":"long"}`,
+		`{"subject":"job.u","id":"after"}`,
+		`{"subject":"job.u","id":"fffd","payload":"\ufffd and \ud83d\ude00"}`,
+	}
+	r := s.jobqIn(t, strings.Join(lines, "\n")+"\n", "import", "--json", "-")
+	var out struct {
+		Stored, Duplicates, Malformed, Failed int
+		Errors                                []struct {
+			Line   int
+			Reason string
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("import: %v\n%s", err, r)
+	}
+	var bad []int
+	for _, e := range out.Errors {
+		bad = append(bad, e.Line)
+	}
+	if r.code != 1 || out.Stored != 3 || out.Duplicates != 0 || out.Failed != 0 || !slices.Equal(bad, []int{2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("import: exit %d, %+v; want lines 1, 8 and 9 stored, 2 to 7 malformed, exit 1", r.code, out)
+	}
+	for _, e := range out.Errors[:5] {
+		if !strings.Contains(e.Reason, "UTF-8") && !strings.Contains(e.Reason, "surrogate") {
+			t.Errorf("line %d: reason %q; want it to say what is wrong with the text", e.Line, e.Reason)
 		}
 	}
 }

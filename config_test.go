@@ -22,6 +22,8 @@ handler:
   - job.sms=log
 timeout: 3s
 `), 0o600)
+	client := filepath.Join(dir, "client.yaml")
+	os.WriteFile(client, []byte("server: nats://127.0.0.1:1\nheader:\n  - X-Team=ops\n"), 0o600)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("wokers: 8\n"), 0o600)
 	notYAML := filepath.Join(dir, "not.yaml")
@@ -62,7 +64,17 @@ timeout: 3s
 		},
 		{name: "unknown setting", args: []string{"jobq", "serve", "--config", bad}, wantErr: `unknown setting "wokers"`},
 		{name: "not yaml", args: []string{"jobq", "serve", "--config", notYAML}, wantErr: "config " + notYAML},
-		{name: "missing file", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "none.yaml")}, wantErr: "read config"},
+		{
+			name: "a flag's short name on the command line wins too",
+			args: []string{"jobq", "status", "--config", client, "-s", "nats://elsewhere:4222"},
+			want: []string{"jobq", "status", "-s", "nats://elsewhere:4222"},
+		},
+		{
+			name: "so does a repeatable flag's",
+			args: []string{"jobq", "enqueue", "--config", client, "-H", "X-Team=dev", "job.x", "p"},
+			want: []string{"jobq", "enqueue", "--server", "nats://127.0.0.1:1", "-H", "X-Team=dev", "job.x", "p"},
+		},
+		{name: "missing file", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "none.yaml")}, wantErr: "none.yaml: no such file"},
 		{name: "no file named", args: []string{"jobq", "serve", "--config"}, wantErr: "--config needs a file"},
 	}
 	for _, tt := range tests {

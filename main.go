@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	neturl "net/url"
@@ -136,6 +137,9 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 		return rest, nil
 	}
 	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, badUsage("--config %s: no such file", path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
@@ -160,12 +164,12 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 	for _, f := range cmd.Flags {
 		mine[f.Names()[0]] = f
 	}
-	onCommandLine := func(name string) bool {
+	onCommandLine := func(f cli.Flag) bool { // by any of its names: -s is --server
 		for _, a := range rest[at:] {
 			if a == "--" {
 				return false
 			}
-			if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && n == name {
+			if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && slices.Contains(f.Names(), n) {
 				return true
 			}
 		}
@@ -185,7 +189,7 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 		if !ok {
 			continue // another command's setting
 		}
-		if _, set := lookupEnv(env(k)[0]); set || onCommandLine(k) {
+		if _, set := lookupEnv(env(k)[0]); set || onCommandLine(f) {
 			continue // the environment and the command line win
 		}
 		values, err := configValues(settings[k])
@@ -535,8 +539,8 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	if d := c.Duration("shutdown-timeout"); d < 0 {
 		return server.Config{}, queue.Config{}, badUsage("--shutdown-timeout %s: want 0 (cut jobs off at once) or more", d)
 	}
-	if c.IsSet("max-payload") && qc.MaxPayload <= 0 {
-		return server.Config{}, queue.Config{}, badUsage("--max-payload %d: want 1 or more", qc.MaxPayload)
+	if err := checkMaxPayload(c); err != nil {
+		return server.Config{}, queue.Config{}, err
 	}
 	if ms := c.Int64("max-store"); ms > 0 {
 		// JOB gets three quarters: a full JOB refuses new jobs while the
@@ -584,6 +588,21 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		}
 	}
 	return sc, qc, nil
+}
+
+// maxPayloadLimit is the largest --max-payload: NATS carries no larger
+// message.
+const maxPayloadLimit = 64 << 20
+
+// maxImportWindow bounds import's --window, the publishes awaiting acks.
+const maxImportWindow = 1 << 16
+
+// checkMaxPayload checks --max-payload.
+func checkMaxPayload(c *cli.Context) error {
+	if n := c.Int("max-payload"); n < 1 || n > maxPayloadLimit {
+		return badUsage("--max-payload %d: want 1 to %d (64 MiB, the largest message NATS carries)", n, maxPayloadLimit)
+	}
+	return nil
 }
 
 // parseDurations parses a comma-separated list such as "1s,10s,1m".
@@ -1096,8 +1115,13 @@ func enqueue(c *cli.Context) error {
 	if err := queue.ValidID(c.String("id")); c.IsSet("id") && err != nil {
 		return usageError{err}
 	}
-	if c.Int("max-payload") < 1 {
-		return badUsage("--max-payload %d: want 1 or more", c.Int("max-payload"))
+	if c.IsSet("id") && c.String("id") == "" {
+		// Most likely an unset variable: a fresh ID would enqueue the job
+		// again on every retry.
+		return badUsage("--id is empty; leave it out for a fresh ID")
+	}
+	if err := checkMaxPayload(c); err != nil {
+		return err
 	}
 	var payload []byte
 	var err error
@@ -1178,8 +1202,11 @@ func importJobs(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return badUsage("import takes one FILE, or - for stdin, e.g. jobq import jobs.ndjson")
 	}
-	if c.Int("window") < 1 || c.Int("max-payload") < 1 {
-		return badUsage("--window and --max-payload must be 1 or more")
+	if w := c.Int("window"); w < 1 || w > maxImportWindow {
+		return badUsage("--window %d: want 1 to %d", w, maxImportWindow)
+	}
+	if err := checkMaxPayload(c); err != nil {
+		return err
 	}
 	in := c.App.Reader
 	if name := c.Args().First(); name != "-" {

@@ -149,11 +149,22 @@ func (r *Router) Patterns() []string {
 	return ps
 }
 
+// MaxSubjectLen is the longest job subject, in bytes: well under NATS's
+// limit on a protocol line (4 KiB), which a publish's subject goes in; the
+// server closes the connection of a client that goes over it, failing
+// every publish on it.
+const MaxSubjectLen = 1024
+
 // ValidSubject returns nil if subject is a concrete subject a job can be
 // published on: at least two tokens, the first "job", no empty tokens, no
-// wildcards, no whitespace or control characters, valid UTF-8. Otherwise it
+// wildcards, no whitespace or control characters, valid UTF-8, at most
+// MaxSubjectLen bytes. Otherwise it
 // returns an error saying what is wrong.
 func ValidSubject(subject string) error {
+	if len(subject) > MaxSubjectLen {
+		// Quoted whole, it would make an error as long as the subject.
+		return fmt.Errorf("invalid subject %.40q… (%d bytes): longer than %d bytes", subject, len(subject), MaxSubjectLen)
+	}
 	reason := textProblem(subject)
 	if reason == "" {
 		switch {

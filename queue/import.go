@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -312,6 +313,11 @@ func (p *Producer) parseImportLine(line []byte) (importJob, error) {
 	if len(line) == 0 || line[0] != '{' {
 		return job, errors.New("not a JSON object")
 	}
+	// Go's JSON decoder turns each byte that is not UTF-8 into U+FFFD: two
+	// IDs in another encoding would become one job, and a payload change.
+	if !utf8.Valid(line) {
+		return job, errors.New("not valid UTF-8: convert the line to UTF-8; binary data goes in payload_base64")
+	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(line, &fields); err != nil {
 		return job, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -321,7 +327,7 @@ func (p *Producer) parseImportLine(line []byte) (importJob, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", fmt.Errorf("%s: want a string", name)
 		}
-		return s, nil
+		return s, keptAsIs(name, raw, s)
 	}
 	var err error
 	var hasPayload, hasBase64 bool
@@ -418,6 +424,9 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 			return nil, fmt.Errorf("headers: %s: want a string or an array of strings", k)
 		}
 		for _, s := range values {
+			if err := keptAsIs("headers: "+k, v, s); err != nil {
+				return nil, err
+			}
 			if strings.ContainsAny(s, "\r\n") {
 				return nil, fmt.Errorf("headers: %s: a value cannot hold a line break", k)
 			}
@@ -425,6 +434,17 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 		}
 	}
 	return h, nil
+}
+
+// keptAsIs checks that s, decoded from the JSON string raw of field name,
+// is what raw says: Go's JSON decoder turns an escaped half of a surrogate
+// pair (\ud800) into U+FFFD rather than refuse it.
+func keptAsIs(name string, raw json.RawMessage, s string) error {
+	if !strings.ContainsRune(s, utf8.RuneError) || bytes.Contains(raw, []byte("\uFFFD")) ||
+		bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`)) {
+		return nil
+	}
+	return fmt.Errorf("%s: an unpaired surrogate escape (\\uD800 to \\uDFFF), which would be stored as U+FFFD; binary data goes in payload_base64", name)
 }
 
 // readLine reads one line into buf, without its line end. A line longer

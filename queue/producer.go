@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,15 +168,22 @@ func ValidID(id string) error {
 	return nil
 }
 
-// validHeader refuses the headers that jobq keeps for itself: those
+// validHeader refuses a header NATS cannot carry as given (a name that is
+// not printable ASCII, or holds a space or a colon; a value with a line
+// break, which would be rewritten), and the headers that jobq keeps for
+// itself: those
 // starting with Jobq-, such as the Jobq-Job-Id with which a dead letter's
 // re-drive names its job, and which would name any job's record; and those
 // starting with Nats-, which tell the server how to store the job (a
 // Nats-TTL would expire it unrun), but for Nats-Msg-Id, which the job's ID
 // replaces.
 func validHeader(h map[string][]string) error {
-	for k := range h {
+	for k, vs := range h {
 		switch {
+		case k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == ':' || r >= 0x7f }):
+			return fmt.Errorf("%w: %q: a header name is printable ASCII, without spaces or colons", ErrBadHeader, k)
+		case slices.ContainsFunc(vs, func(v string) bool { return strings.ContainsAny(v, "\r\n") }):
+			return fmt.Errorf("%w: %s: a value cannot hold a line break", ErrBadHeader, k)
 		case hasPrefixFold(k, "Jobq-"):
 			return fmt.Errorf("%w: %s: headers starting with Jobq- are jobq's own; use another name", ErrBadHeader, k)
 		case hasPrefixFold(k, "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr):
