@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jobq/jobq/queue"
 )
@@ -134,5 +138,52 @@ func TestImportCommand(t *testing.T) {
 		if id == "cli-3" && m.Header.Get("X-Tenant") != "acme" {
 			t.Errorf("job cli-3: got headers %v, want X-Tenant: acme", m.Header)
 		}
+	}
+}
+
+// jobq import - ends on SIGTERM while it waits for input that does not
+// come (a pipe left open), having stored the lines it read: the signal is
+// not left until the next line or the end of the input.
+func TestCLIImportStopsOnSignalWhileReadingStdin(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	cmd := exec.Command(jobqBin, "import", "--server", s.url, "--json", "-")
+	cmd.Env = subprocessEnv()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	cmd.Stdin = pr
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	if _, err := pw.WriteString(`{"subject":"job.sig","id":"sig1"}` + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, waitTimeout, 50*time.Millisecond, func() error {
+		if n := s.status(t).Stream.Messages; n != 1 {
+			return fmt.Errorf("JOB holds %d jobs, want the line read", n)
+		}
+		return nil
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("jobq import - still running 10s after SIGTERM\nstdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	}
+	var sum queue.ImportSummary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil || sum.Stored != 1 || cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "import stopped at line 2") {
+		t.Errorf("import stopped by SIGTERM: exit %d, summary %+v (%v), stderr %q; want exit 1, 1 stored, and where it stopped", cmd.ProcessState.ExitCode(), sum, err, stderr.String())
 	}
 }

@@ -1228,6 +1228,10 @@ func importJobs(c *cli.Context) error {
 	defer closeFn()
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends jobq at once
+	}()
 	progress := newImportProgress(c.App.ErrWriter, total)
 	sum, err := queue.Import(ctx, queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}), in, queue.ImportOptions{
 		Window:           c.Int("window"),

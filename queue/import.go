@@ -124,10 +124,12 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 	async.js = ajs
 	im := &importer{p: p, opts: opts, ring: make([]published, opts.Window), last: time.Now()}
 
-	br := bufio.NewReaderSize(r, 64<<10)
+	in := &ctxReader{ctx: ctx, r: r, done: make(chan struct{})}
+	defer close(in.done)
+	br := bufio.NewReaderSize(in, 64<<10)
 	// A line holds at most the payload JSON-escaped (\u0000 is six bytes
 	// for one) and its headers.
-	limit := 6*p.maxPayload + 64<<10
+	limit := 6*min(p.maxPayload, 64<<20) + 64<<10
 	var buf []byte
 	var stop error
 	for n := 1; ; n++ {
@@ -138,6 +140,10 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 		line, tooLong, err := readLine(br, buf[:0], limit)
 		buf = line
 		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && ctx.Err() != nil {
+			stop = fmt.Errorf("import stopped at line %d: %w", n, ctx.Err())
 			break
 		}
 		if err != nil {
@@ -434,6 +440,62 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 		}
 	}
 	return h, nil
+}
+
+// ctxReader reads r on a goroutine of its own, a chunk ahead, so that a
+// Read waiting for input that does not come (a pipe, a terminal) ends when
+// ctx does. The goroutine's own Read then returns in its own time; the
+// goroutine ends after it, or once done is closed.
+type ctxReader struct {
+	ctx    context.Context
+	r      io.Reader
+	done   chan struct{}
+	chunks chan readChunk
+	rest   []byte // of the last chunk, not yet read
+	err    error  // the error that came with it, returned once rest is read
+}
+
+type readChunk struct {
+	data []byte
+	err  error
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	for len(c.rest) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		if c.chunks == nil {
+			c.chunks = make(chan readChunk)
+			go c.pump()
+		}
+		select {
+		case ch := <-c.chunks:
+			c.rest, c.err = ch.data, ch.err
+		case <-c.ctx.Done():
+			return 0, c.ctx.Err()
+		}
+	}
+	n := copy(p, c.rest)
+	c.rest = c.rest[n:]
+	return n, nil
+}
+
+func (c *ctxReader) pump() {
+	for {
+		buf := make([]byte, 64<<10)
+		n, err := c.r.Read(buf)
+		select {
+		case c.chunks <- readChunk{buf[:n], err}:
+		case <-c.ctx.Done():
+			return
+		case <-c.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // keptAsIs checks that s, decoded from the JSON string raw of field name,
