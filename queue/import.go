@@ -137,6 +137,11 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 			stop = fmt.Errorf("import stopped at line %d: %w", n, err)
 			break
 		}
+		if p.js.Conn().IsClosed() {
+			// Every line from here on would fail the same way, one by one.
+			stop = fmt.Errorf("import stopped at line %d: %w; the lines from there on were not sent: once the server is back, run the same input again (lines with an id are stored once)", n, nats.ErrConnectionClosed)
+			break
+		}
 		line, tooLong, err := readLine(br, buf[:0], limit)
 		buf = line
 		if errors.Is(err, io.EOF) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server/servertest"
 )
 
 // streamJob is a stored job as the import test checks it.
@@ -230,6 +232,35 @@ func TestImportFullStoreFails(t *testing.T) {
 		t.Errorf("JOB holds %d jobs, the summary says %d stored", got, sum.Stored)
 	}
 }
+
+// An import whose connection closes (the server went away for good) stops
+// there and says so, rather than fail each line left one by one.
+func TestImportStopsWhenItsConnectionCloses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	nc := servertest.Connect(t, b.srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&in, "{\"subject\":\"job.gone\",\"id\":\"g-%d\"}\n", i)
+	}
+	first := strings.Index(in.String(), "\n") + 1
+	r := io.MultiReader(strings.NewReader(in.String()[:first]), readerFunc(func([]byte) (int, error) {
+		nc.Close() // after line 1
+		return 0, io.EOF
+	}), strings.NewReader(in.String()[first:]))
+	sum, err := queue.Import(context.Background(), queue.NewProducer(js, b.cfg), r, queue.ImportOptions{Window: 1})
+	if !errors.Is(err, nats.ErrConnectionClosed) || !strings.Contains(err.Error(), "import stopped at line") || sum.Lines > 2 {
+		t.Fatalf("import over a connection that closed after line 1: %+v, %v; want it stopped there, saying so", sum, err)
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 func TestImport5000Lines(t *testing.T) {
 	t.Parallel()
