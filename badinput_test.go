@@ -113,3 +113,19 @@ func TestCLIImportRefusesTextItWouldChange(t *testing.T) {
 		}
 	}
 }
+
+// A job over the server's own limit, lower than the client's --max-payload
+// (a server started with a smaller one), is refused before sending, saying
+// what the server takes, rather than with NATS's bare "maximum payload
+// exceeded"; import reports such a line, saying so, and stores the others.
+func TestPayloadOverTheServersLimit(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{args: []string{"--max-payload", "100000"}})
+	big := strings.Repeat("x", 200000)
+	wantOneLineError(t, s.jobqIn(t, big, "enqueue", "job.big"), 2, "the server takes at most")
+	r := s.jobqIn(t, `{"subject":"job.big","payload":"`+big+`"}`+"\n"+`{"subject":"job.small"}`+"\n", "import", "--json", "-")
+	var out struct{ Stored, Malformed, Failed int }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Stored != 1 || out.Malformed+out.Failed != 1 || !strings.Contains(r.stdout, "the server takes at most") {
+		t.Errorf("import of a line over the server's limit: exit %d, %+v (%v), stdout %.300q; want it reported, saying why, and the other stored", r.code, out, err, r.stdout)
+	}
+}

@@ -129,7 +129,27 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 		return nil, err
 	}
 	msg.Header.Set(nats.MsgIdHdr, id)
+	// The server's own limit, if lower (another --max-payload, or a NATS
+	// server of its own): it would refuse the job with a bare
+	// "maximum payload exceeded". Checked for larger jobs only, as no
+	// server takes less than that.
+	if len(payload) > 32<<10 {
+		if limit, size := p.js.Conn().MaxPayload(), int64(len(payload)+headerLen(msg.Header)); limit > 0 && size > limit {
+			return nil, fmt.Errorf("%w: %d bytes with its headers, the server takes at most %d (its jobq serve --max-payload, less room for headers)", ErrPayloadTooLarge, size, limit)
+		}
+	}
 	return msg, nil
+}
+
+// headerLen is the size of h on the wire.
+func headerLen(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }
 
 // retryable reports whether a publish may have been lost on the way, so that
