@@ -57,6 +57,9 @@ func TestBadInputLosesNothing(t *testing.T) {
 			wantOneLineError(t, srv.jobqIn(t, tt.stdin, tt.args...), tt.code, tt.want...)
 		})
 	}
+	t.Run("empty server", func(t *testing.T) {
+		wantOneLineError(t, runCmd(t, cmdInput{env: []string{"JOBQ_SERVER="}}, jobqBin, "status"), 2, "--server is empty", "JOBQ_SERVER")
+	})
 	st := srv.status(t)
 	if st.Stream.Messages != 3 || st.Stream.LastSeq != 3 || st.DLQ.Messages != 0 {
 		t.Errorf("after bad input: JOB holds %d jobs (last seq %d), DLQ %d; want the 3 stored before and nothing else", st.Stream.Messages, st.Stream.LastSeq, st.DLQ.Messages)

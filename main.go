@@ -1064,6 +1064,9 @@ func redactURL(u string) string {
 
 // client opens jobq's objects on the command's server.
 func client(c *cli.Context) (*queue.Objects, func(), error) {
+	if strings.TrimSpace(c.String("server")) == "" {
+		return nil, nil, badUsage("--server is empty (is JOBQ_SERVER set to nothing?); pass a NATS URL, or unset it for nats://127.0.0.1:4222")
+	}
 	nc, err := connect(c, c.String("server"))
 	if err != nil {
 		return nil, nil, err
