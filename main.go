@@ -590,9 +590,9 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	return sc, qc, nil
 }
 
-// maxPayloadLimit is the largest --max-payload: NATS carries no larger
-// message.
-const maxPayloadLimit = 64 << 20
+// maxPayloadLimit is the largest --max-payload: nats-server's file store
+// keeps no record over 32 MiB, and a job's dead letter adds headers.
+const maxPayloadLimit = 32<<20 - 128<<10
 
 // maxImportWindow bounds import's --window, the publishes awaiting acks.
 const maxImportWindow = 1 << 16
@@ -600,7 +600,7 @@ const maxImportWindow = 1 << 16
 // checkMaxPayload checks --max-payload.
 func checkMaxPayload(c *cli.Context) error {
 	if n := c.Int("max-payload"); n < 1 || n > maxPayloadLimit {
-		return badUsage("--max-payload %d: want 1 to %d (64 MiB, the largest message NATS carries)", n, maxPayloadLimit)
+		return badUsage("--max-payload %d: want 1 to %d (32 MiB less room for headers: the store keeps no larger record)", n, maxPayloadLimit)
 	}
 	return nil
 }

@@ -1190,7 +1190,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "payload and file", args: []string{"enqueue", "job.x", "a", "--file", "f", "--server", nowhere}, want: []string{"not both"}},
 		{name: "header without value", args: []string{"enqueue", "job.x", "a", "-H", "novalue", "--server", nowhere}, want: []string{"novalue", "key=value"}},
 		{name: "job id as a header", args: []string{"enqueue", "job.x", "a", "-H", "Nats-Msg-Id=zz", "--server", nowhere}, want: []string{"Nats-Msg-Id", "--id"}},
-		{name: "max payload under 1", args: []string{"enqueue", "job.x", "a", "--max-payload", "-1", "--server", nowhere}, want: []string{"--max-payload -1", "want 1 to 67108864"}},
+		{name: "max payload under 1", args: []string{"enqueue", "job.x", "a", "--max-payload", "-1", "--server", nowhere}, want: []string{"--max-payload -1", "want 1 to 33423360"}},
 		{name: "unknown flag before the command", args: []string{"--bogus"}, want: []string{"see jobq --help"}},
 		{name: "next with an argument", args: []string{"next", "x", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "status with an argument", args: []string{"status", "x", "--server", nowhere}, want: []string{"no arguments"}},

@@ -34,6 +34,11 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 		if hasPrefixFold(k, "Nats-") {
 			continue
 		}
+		// A name another client stored that nats.go will not send would
+		// make the dead letter's publish fail, every time.
+		if !headerName(k) {
+			continue
+		}
 		m.Header[k] = append([]string(nil), v...)
 	}
 	cause = strings.ReplaceAll(cause, "\n", " ")

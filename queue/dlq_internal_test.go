@@ -1,12 +1,18 @@
 package queue
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/data"
 )
 
 // A dead letter's own headers, Jobq- and Nats-, in any case, are not among
@@ -25,5 +31,43 @@ func TestDeadLetterFromLeavesOutJobqAndNatsHeadersInAnyCase(t *testing.T) {
 	}
 	if d.ID != "J" || d.Subject != "job.x" {
 		t.Errorf("got ID %q, subject %q; want J, job.x", d.ID, d.Subject)
+	}
+}
+
+// A job whose headers another client stored under a name nats.go will not
+// send (here X(1)) is still dead-lettered, without that header: kept, it
+// would fail the dead letter's publish every time, and the job would stay
+// in JOB.
+func TestDeadLetterLeavesOutHeadersNATSCannotSend(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{})
+	job := &data.Job{ID: "J", Subject: "job.x", Seq: 1, Attempt: 3, Payload: []byte("p")}
+	if err := deadLetter(context.Background(), obj.JS, job, nats.Header{"X(1)": {"v"}, "X-Keep": {"y"}}, "boom"); err != nil {
+		t.Fatalf("dead-letter a job with a header nats.go refuses: %v", err)
+	}
+	m, err := obj.Dead.GetLastMsgForSubject(context.Background(), SubjectDLQPrefix+"job.x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Header["X(1)"]; ok || m.Header.Get("X-Keep") != "y" {
+		t.Errorf("dead letter's headers: %v; want X-Keep kept and X(1) left out", m.Header)
+	}
+}
+
+// Import reads its input only as it goes: once it returned, the reader is
+// the caller's again, with nothing read from it behind the caller's back.
+func TestImportLeavesItsReaderOnceItReturned(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{})
+	var buf bytes.Buffer
+	buf.WriteString("not json\n")
+	if _, err := Import(context.Background(), NewProducer(obj.JS, obj.Config), &buf, ImportOptions{Strict: true}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("import: %v; want it stopped at the malformed line", err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	after := `{"subject":"job.after"}` + "\n"
+	buf.WriteString(after)
+	if got := buf.String(); got != after {
+		t.Errorf("after Import returned, the reader holds %q; want %q", got, after)
 	}
 }

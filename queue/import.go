@@ -338,7 +338,7 @@ func (p *Producer) parseImportLine(line []byte) (importJob, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", fmt.Errorf("%s: want a string", name)
 		}
-		return s, keptAsIs(name, raw, s)
+		return s, keptAsIs(name, raw)
 	}
 	var err error
 	var hasPayload, hasBase64 bool
@@ -435,7 +435,7 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 			return nil, fmt.Errorf("headers: %s: want a string or an array of strings", k)
 		}
 		for _, s := range values {
-			if err := keptAsIs("headers: "+k, v, s); err != nil {
+			if err := keptAsIs("headers: "+k, v); err != nil {
 				return nil, err
 			}
 			if strings.ContainsAny(s, "\r\n") {
@@ -447,17 +447,18 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 	return h, nil
 }
 
-// ctxReader reads r on a goroutine of its own, a chunk ahead, so that a
-// Read waiting for input that does not come (a pipe, a terminal) ends when
-// ctx does. The goroutine's own Read then returns in its own time; the
-// goroutine ends after it, or once done is closed.
+// ctxReader reads r on a goroutine of its own, one Read at a time as they
+// are asked for, so that a Read waiting for input that does not come (a
+// pipe, a terminal) ends when ctx does. That Read of r then returns in its
+// own time, and its data goes unread; the goroutine ends after it, or once
+// done is closed.
 type ctxReader struct {
-	ctx    context.Context
-	r      io.Reader
-	done   chan struct{}
-	chunks chan readChunk
-	rest   []byte // of the last chunk, not yet read
-	err    error  // the error that came with it, returned once rest is read
+	ctx      context.Context
+	r        io.Reader
+	done     chan struct{}
+	reqs     chan int       // a read of up to n bytes, asked for
+	res      chan readChunk // its outcome, in the goroutine's own buffer
+	inFlight bool           // a read was asked for and not answered
 }
 
 type readChunk struct {
@@ -466,52 +467,90 @@ type readChunk struct {
 }
 
 func (c *ctxReader) Read(p []byte) (int, error) {
-	for len(c.rest) == 0 {
-		if c.err != nil {
-			return 0, c.err
-		}
-		if c.chunks == nil {
-			c.chunks = make(chan readChunk)
-			go c.pump()
-		}
+	if c.reqs == nil {
+		c.reqs, c.res = make(chan int), make(chan readChunk, 1)
+		go c.pump()
+	}
+	if !c.inFlight {
 		select {
-		case ch := <-c.chunks:
-			c.rest, c.err = ch.data, ch.err
+		case c.reqs <- len(p):
+			c.inFlight = true
 		case <-c.ctx.Done():
 			return 0, c.ctx.Err()
 		}
 	}
-	n := copy(p, c.rest)
-	c.rest = c.rest[n:]
-	return n, nil
+	select {
+	case ch := <-c.res:
+		c.inFlight = false
+		return copy(p, ch.data), ch.err
+	case <-c.ctx.Done():
+		return 0, c.ctx.Err()
+	}
 }
 
+// pump reads r when asked to, into a buffer it reuses: Read copies the
+// data out before it asks for the next read.
 func (c *ctxReader) pump() {
+	var buf []byte
 	for {
-		buf := make([]byte, 64<<10)
-		n, err := c.r.Read(buf)
 		select {
-		case c.chunks <- readChunk{buf[:n], err}:
-		case <-c.ctx.Done():
-			return
+		case n := <-c.reqs:
+			if cap(buf) < n {
+				buf = make([]byte, n)
+			}
+			m, err := c.r.Read(buf[:n])
+			c.res <- readChunk{buf[:m], err}
 		case <-c.done:
 			return
 		}
-		if err != nil {
-			return
-		}
 	}
 }
 
-// keptAsIs checks that s, decoded from the JSON string raw of field name,
-// is what raw says: Go's JSON decoder turns an escaped half of a surrogate
-// pair (\ud800) into U+FFFD rather than refuse it.
-func keptAsIs(name string, raw json.RawMessage, s string) error {
-	if !strings.ContainsRune(s, utf8.RuneError) || bytes.Contains(raw, []byte("\uFFFD")) ||
-		bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`)) {
-		return nil
+// keptAsIs checks that the JSON string raw of field name holds no escaped
+// half of a surrogate pair without its other half (\ud800): Go's JSON
+// decoder turns one into U+FFFD rather than refuse it, so that two IDs
+// would become one.
+func keptAsIs(name string, raw json.RawMessage) error {
+	for i := 0; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character
+		if raw[i] != 'u' || i+4 >= len(raw) {
+			continue
+		}
+		r := surrogate(raw[i+1 : i+5])
+		switch {
+		case r >= 0xd800 && r < 0xdc00 && i+10 < len(raw) && raw[i+5] == '\\' && raw[i+6] == 'u':
+			if low := surrogate(raw[i+7 : i+11]); low >= 0xdc00 && low < 0xe000 {
+				i += 10 // the pair
+				continue
+			}
+			fallthrough
+		case r >= 0xd800 && r < 0xe000:
+			return fmt.Errorf("%s: an unpaired surrogate escape (\\uD800 to \\uDFFF), which would be stored as U+FFFD; binary data goes in payload_base64", name)
+		}
+		i += 4
 	}
-	return fmt.Errorf("%s: an unpaired surrogate escape (\\uD800 to \\uDFFF), which would be stored as U+FFFD; binary data goes in payload_base64", name)
+	return nil
+}
+
+// surrogate reads four hex digits; -1 if they are not.
+func surrogate(hex []byte) int {
+	r := 0
+	for _, c := range hex {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | int(c-'A'+10)
+		default:
+			return -1
+		}
+	}
+	return r
 }
 
 // readLine reads one line into buf, without its line end. A line longer

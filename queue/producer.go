@@ -141,6 +141,20 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 	return msg, nil
 }
 
+// headerName reports whether k is a header name NATS carries: a token of
+// RFC 7230, as nats.go checks before it sends a message.
+func headerName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	return true
+}
+
 // headerLen is the size of h on the wire.
 func headerLen(h nats.Header) int {
 	n := len("NATS/1.0\r\n\r\n")
@@ -189,8 +203,8 @@ func ValidID(id string) error {
 }
 
 // validHeader refuses a header NATS cannot carry as given (a name that is
-// not printable ASCII, or holds a space or a colon; a value with a line
-// break, which would be rewritten), and the headers that jobq keeps for
+// not a token, see headerName; a value with a line break, which would be
+// rewritten), and the headers that jobq keeps for
 // itself: those
 // starting with Jobq-, such as the Jobq-Job-Id with which a dead letter's
 // re-drive names its job, and which would name any job's record; and those
@@ -200,8 +214,8 @@ func ValidID(id string) error {
 func validHeader(h map[string][]string) error {
 	for k, vs := range h {
 		switch {
-		case k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == ':' || r >= 0x7f }):
-			return fmt.Errorf("%w: %q: a header name is printable ASCII, without spaces or colons", ErrBadHeader, k)
+		case !headerName(k):
+			return fmt.Errorf("%w: %q: a header name is letters, digits and !#$%%&'*+-.^_`|~ only", ErrBadHeader, k)
 		case slices.ContainsFunc(vs, func(v string) bool { return strings.ContainsAny(v, "\r\n") }):
 			return fmt.Errorf("%w: %s: a value cannot hold a line break", ErrBadHeader, k)
 		case hasPrefixFold(k, "Jobq-"):
@@ -230,7 +244,8 @@ func isFull(err error) bool {
 	// 10023 insufficient resources, 10047 storage resources exceeded.
 	switch apiErr.ErrorCode {
 	case 10077, 10023, 10047:
-		return true
+		// 10077 is also a message over the store's limit on one record.
+		return !strings.Contains(apiErr.Description, "message too large")
 	}
 	return false
 }
