@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
@@ -303,5 +306,91 @@ func TestHTTPReverseProxyWithAuth(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("GET %s via a reverse proxy (Host jobq.example.com) with the token: got %d, want 200", path, resp.StatusCode)
 		}
+	}
+}
+
+// startHTTP serves ln as jobq serve does once it is up.
+func startHTTP(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr func() error, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) *http.Server {
+	hs, set := serveHTTP(ln, log)
+	set(httpHandler(ln, obj, pool, storeErr, reg, monitor, dash, auth, log))
+	return hs
+}
+
+// While jobq starts, its --http port answers probes at once: /healthz 200,
+// /readyz and the rest 503 "starting"; then the full handler takes over.
+func TestHTTPAnswersWhileStarting(t *testing.T) {
+	t.Parallel()
+	hs, set := serveHTTP(listenLocal(t), servertest.Logger(t))
+	t.Cleanup(func() { hs.Shutdown(context.Background()) })
+	get := func(path string) (int, string) {
+		t.Helper()
+		client := &http.Client{Timeout: 5 * time.Second}
+		resp, err := client.Get("http://" + hs.Addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, tt := range []struct {
+		path string
+		code int
+		want string
+	}{{"/healthz", 200, `"ok"`}, {"/readyz", 503, `"starting"`}, {"/", 503, `"starting"`}} {
+		if code, body := get(tt.path); code != tt.code || !strings.Contains(body, tt.want) {
+			t.Errorf("GET %s while starting: %d %q; want %d with %s", tt.path, code, body, tt.code, tt.want)
+		}
+	}
+	set(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }))
+	if code, body := get("/"); code != 200 || body != "up" {
+		t.Errorf("GET / once up: %d %q; want the full handler's answer", code, body)
+	}
+}
+
+// /readyz is not ready while the workers cannot work: without the ledger
+// bucket no job is claimed or recorded, without DLQ none is dead-lettered.
+func TestReadyzNeedsTheLedgerAndDLQ(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, want string
+		remove     func(context.Context, *queue.Objects) error
+	}{
+		{"ledger", "ledger bucket", func(ctx context.Context, obj *queue.Objects) error {
+			return obj.JS.DeleteKeyValue(ctx, queue.BucketProcessed)
+		}},
+		{"dlq", "stream DLQ", func(ctx context.Context, obj *queue.Objects) error {
+			return obj.JS.DeleteStream(ctx, queue.StreamDLQ)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			log := servertest.Logger(t)
+			reg, _ := newMetrics()
+			srv, obj := provisioned(t, false, queue.Config{FetchWait: 200 * time.Millisecond})
+			pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), log)
+			if err := pool.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				pool.Stop(ctx)
+			})
+			hs := startHTTP(listenLocal(t), obj, pool, srv.StoreErr, reg, nil, nil, dashboard.Auth{}, log)
+			t.Cleanup(func() { hs.Shutdown(context.Background()) })
+			if err := tt.remove(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.Get("http://" + hs.Addr + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), tt.want) {
+				t.Errorf("/readyz without %s: %d %s; want 503 naming it", tt.name, resp.StatusCode, body)
+			}
+		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -675,13 +676,21 @@ func serve(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	// --http listens first: a serve that cannot start takes no job.
+	// --http listens first: a serve that cannot start takes no job. Its
+	// probes are answered from here on (see serveHTTP).
 	var httpLn net.Listener
+	var setHTTP func(http.Handler)
 	if addr := c.String("http"); addr != "" {
 		if httpLn, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
 		}
-		defer httpLn.Close() // if serving never starts
+		var hs *http.Server
+		hs, setHTTP = serveHTTP(httpLn, log)
+		defer func() {
+			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hs.Shutdown(hctx)
+		}()
 	}
 	// A stop signal during start-up ends it, as one later would: not a
 	// failure.
@@ -772,12 +781,7 @@ func serve(c *cli.Context) (err error) {
 	if httpLn != nil {
 		auth := dashboard.Auth{Token: c.String("token"), User: c.String("user"), Password: c.String("password")}
 		dash := dashboard.New(dashboard.Config{Objects: obj, Pool: pool, Recorder: recorder, Auth: auth, Log: log.With().Str("component", "dashboard").Logger()})
-		hs := startHTTP(httpLn, obj, pool, storeErr, reg, monitor, dash, auth, log)
-		defer func() {
-			hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			hs.Shutdown(hctx)
-		}()
+		setHTTP(httpHandler(httpLn, obj, pool, storeErr, reg, monitor, dash, auth, log))
 	}
 
 	demoDone := make(chan struct{})
@@ -845,17 +849,54 @@ func newMetrics() (*prometheus.Registry, *queue.Metrics) {
 	return reg, queue.NewMetrics(reg)
 }
 
-// startHTTP serves /healthz, /readyz, /metrics from reg, the monitor
-// handlers (nats-server's /varz and /jsz; nil with an external server) and
-// the dashboard (nil: none) on addr until the returned server is shut down.
-// All but /healthz and /readyz require auth when it is enabled.
-func startHTTP(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr func() error, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) *http.Server {
-	mux := http.NewServeMux()
-	writeJSON := func(w http.ResponseWriter, code int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(v)
+// writeJSON answers v as JSON with code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// serveHTTP serves ln until the returned server is shut down, at first as
+// a process that is starting: /healthz answers 200, /readyz and the rest
+// 503 ("starting"), so that a probe gets its answer while a large store is
+// recovered or a slow --server answers, rather than wait. set puts the
+// full handler in place once jobq is up.
+func serveHTTP(ln net.Listener, log zerolog.Logger) (hs *http.Server, set func(http.Handler)) {
+	var current atomic.Pointer[http.Handler]
+	starting := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			return
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": "starting"})
+	}))
+	current.Store(&starting)
+	// Addr tells callers the address, also of a port 0 listener.
+	hs = &http.Server{
+		Addr: ln.Addr().String(),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			(*current.Load()).ServeHTTP(w, r)
+		}),
+		// The dashboard's retry-all may take up to 2m (dashboard's retryTimeout).
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 3 * time.Minute, IdleTimeout: 2 * time.Minute,
 	}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server")
+		}
+	}()
+	return hs, func(h http.Handler) {
+		current.Store(&h)
+		log.Info().Str("http", ln.Addr().String()).Str("dashboard", "http://"+ln.Addr().String()+"/").Msg("health endpoints ready")
+	}
+}
+
+// httpHandler serves /healthz, /readyz, /metrics from reg, the monitor
+// handlers (nats-server's /varz and /jsz; nil with an external server) and
+// the dashboard (nil: none) for ln. All but /healthz and /readyz require
+// auth when it is enabled.
+func httpHandler(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr func() error, reg prometheus.Gatherer, monitor map[string]http.HandlerFunc, dash *dashboard.Dashboard, auth dashboard.Auth, log zerolog.Logger) http.Handler {
+	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -868,6 +909,18 @@ func startHTTP(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr f
 			// The workers fetch through WORKER: without it, every pull fails.
 			if _, cerr := obj.Worker.Info(ctx); cerr != nil {
 				err = fmt.Errorf("consumer %s: %w", queue.ConsumerWorker, cerr)
+			}
+		}
+		if err == nil && pool != nil && !obj.Config.NoLedger {
+			// Without the ledger no job is checked, claimed or recorded.
+			if _, lerr := obj.Ledger.Status(ctx); lerr != nil {
+				err = fmt.Errorf("ledger bucket %s: %w", queue.BucketProcessed, lerr)
+			}
+		}
+		if err == nil && pool != nil {
+			// Without DLQ a job whose deliveries ran out stays in JOB.
+			if _, derr := obj.Dead.Info(ctx); derr != nil {
+				err = fmt.Errorf("stream %s: %w", queue.StreamDLQ, derr)
 			}
 		}
 		if err == nil && storeErr != nil {
@@ -894,23 +947,10 @@ func startHTTP(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr f
 	if dash != nil {
 		dash.Register(mux) // it asks for auth itself
 	}
-	var handler http.Handler = mux
 	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && net.ParseIP(host).IsLoopback() && auth.Token == "" && auth.User == "" {
-		handler = loopbackHostOnly(mux)
+		return loopbackHostOnly(mux)
 	}
-	// Addr tells callers the address, also of a port 0 listener.
-	hs := &http.Server{
-		Addr: ln.Addr().String(), Handler: handler,
-		// The dashboard's retry-all may take up to 2m (dashboard's retryTimeout).
-		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 3 * time.Minute, IdleTimeout: 2 * time.Minute,
-	}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("http server")
-		}
-	}()
-	log.Info().Str("http", ln.Addr().String()).Str("dashboard", "http://"+ln.Addr().String()+"/").Msg("health endpoints ready")
-	return hs
+	return mux
 }
 
 // loopbackHostOnly refuses requests to a loopback listener without
@@ -993,6 +1033,12 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 		return nil, usageError{err}
 	}
 	opts := []nats.Option{nats.Name("jobq " + c.Command.Name), nats.Timeout(timeout)}
+	if c.Command.Name == "serve" {
+		// A serve outlives outages of its --server: nats.go's default gives
+		// up after 60 tries (2 minutes), leaving the workers on a closed
+		// connection for good.
+		opts = append(opts, nats.MaxReconnects(-1))
+	}
 	if t := c.String("token"); t != "" {
 		opts = append(opts, nats.Token(t))
 	}
