@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -111,6 +112,50 @@ func ListDeadLetters(ctx context.Context, obj *Objects, limit int) ([]DeadLetter
 		}
 		out = append(out, deadLetterFrom(m))
 		seq = m.Sequence + 1
+	}
+	return out, nil
+}
+
+// ListDeadLetterSummaries is ListDeadLetters without the payloads, which it
+// does not read: the server sends the dead letters' headers only. For views
+// of the list, such as the dashboard's, which a DLQ of large payloads would
+// otherwise slow down with every load.
+func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]DeadLetter, error) {
+	info, err := obj.Dead.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	n := int(min(info.State.Msgs, math.MaxInt32))
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	c, err := obj.Dead.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{SubjectDLQPrefix + ">"},
+		HeadersOnly:       true,
+		InactiveThreshold: 10 * time.Second, // the server removes it soon after
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	batch, err := c.FetchNoWait(n)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	out := make([]DeadLetter, 0, n)
+	for m := range batch.Messages() {
+		meta, err := m.Metadata()
+		if err != nil {
+			return out, fmt.Errorf("read %s: %w", StreamDLQ, err)
+		}
+		d := deadLetterFrom(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Time: meta.Timestamp})
+		d.Payload = nil
+		out = append(out, d)
+	}
+	if err := batch.Error(); err != nil {
+		return out, fmt.Errorf("read %s: %w", StreamDLQ, err)
 	}
 	return out, nil
 }

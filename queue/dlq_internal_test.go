@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -69,5 +70,44 @@ func TestImportLeavesItsReaderOnceItReturned(t *testing.T) {
 	buf.WriteString(after)
 	if got := buf.String(); got != after {
 		t.Errorf("after Import returned, the reader holds %q; want %q", got, after)
+	}
+}
+
+// The dashboard's list of dead letters is ListDeadLetters without the
+// payloads, which the server does not send: a DLQ of large payloads costs
+// each page load nothing.
+func TestListDeadLetterSummaries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	if got, err := ListDeadLetterSummaries(ctx, obj, 50); err != nil || len(got) != 0 {
+		t.Fatalf("empty DLQ: got %v, %v; want none", got, err)
+	}
+	for i, id := range []string{"a", "b", "c"} {
+		job := &data.Job{ID: id, Subject: "job.x", Seq: uint64(i + 1), Attempt: 3, Payload: bytes.Repeat([]byte("p"), 100<<10)}
+		if err := deadLetter(ctx, obj.JS, job, nats.Header{"X-Keep": {id}}, "boom "+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full, err := ListDeadLetters(ctx, obj, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{0, 2} {
+		got, err := ListDeadLetterSummaries(ctx, obj, limit)
+		want := full
+		if limit > 0 {
+			want = full[:limit]
+		}
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("limit %d: got %d dead letters, %v; want %d", limit, len(got), err, len(want))
+		}
+		for i := range want {
+			w := want[i]
+			w.Payload = nil
+			if !reflect.DeepEqual(got[i], w) {
+				t.Errorf("limit %d, #%d: got %+v, want %+v", limit, i, got[i], w)
+			}
+		}
 	}
 }

@@ -200,7 +200,7 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 		v.StatusErr = err.Error()
 	}
 	v.Status = st
-	v.Dead, err = queue.ListDeadLetters(ctx, d.cfg.Objects, DeadLetters)
+	v.Dead, err = queue.ListDeadLetterSummaries(ctx, d.cfg.Objects, DeadLetters)
 	if err != nil {
 		v.DeadErr = err.Error()
 	}
