@@ -132,14 +132,26 @@ func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]De
 	if n == 0 {
 		return nil, nil
 	}
-	c, err := obj.Dead.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{SubjectDLQPrefix + ">"},
+	// A plain ephemeral consumer, removed once read: an ordered consumer
+	// creates two per read, keeps one for its InactiveThreshold and retries
+	// its second creation without end, outside ctx.
+	c, err := obj.Dead.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubject:     SubjectDLQPrefix + ">",
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
 		HeadersOnly:       true,
-		InactiveThreshold: 10 * time.Second, // the server removes it soon after
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: 10 * time.Second, // if the delete below is lost
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
 	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		obj.Dead.DeleteConsumer(dctx, c.CachedInfo().Name)
+	}()
 	batch, err := c.FetchNoWait(n)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +111,67 @@ func TestListDeadLetterSummaries(t *testing.T) {
 				t.Errorf("limit %d, #%d: got %+v, want %+v", limit, i, got[i], w)
 			}
 		}
+	}
+}
+
+// Listing dead letters for the dashboard, which reloads every few seconds
+// per open tab, leaves no consumer behind on DLQ.
+func TestListDeadLetterSummariesLeavesNoConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	for i := 1; i <= 3; i++ {
+		job := &data.Job{ID: "j", Subject: "job.x", Seq: uint64(i), Attempt: 3, Payload: []byte("p")}
+		if err := deadLetter(ctx, obj.JS, job, nats.Header{}, "boom"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		if _, err := ListDeadLetterSummaries(ctx, obj, 50); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if info, err := obj.Dead.Info(ctx); err != nil || info.State.Consumers != 0 {
+		t.Errorf("after 10 listings DLQ has %d consumers (%v); want none left behind", info.State.Consumers, err)
+	}
+}
+
+// cancellingReader gives part of a line, then ends the import's ctx, and
+// counts the reads asked of it after that.
+type cancellingReader struct {
+	cancel      context.CancelFunc
+	first       atomic.Bool
+	afterCancel atomic.Int32
+}
+
+func (r *cancellingReader) Read(p []byte) (int, error) {
+	if r.first.CompareAndSwap(false, true) {
+		n := copy(p, `{"subject":"job.a"`) // no line end: Import asks for more
+		r.cancel()
+		return n, nil
+	}
+	r.afterCancel.Add(1)
+	return 0, io.EOF
+}
+
+// An import stopped by its ctx starts no read of its input after that: the
+// reader is the caller's again.
+func TestImportReadsNothingOnceCtxEnded(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{})
+	p := NewProducer(obj.JS, obj.Config)
+	reads := 0
+	for range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &cancellingReader{cancel: cancel}
+		if _, err := Import(ctx, p, r, ImportOptions{}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("import: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+		reads += int(r.afterCancel.Load())
+	}
+	if reads > 0 {
+		t.Errorf("of 200 imports stopped by ctx, %d read their input after it ended", reads)
 	}
 }

@@ -472,6 +472,9 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		go c.pump()
 	}
 	if !c.inFlight {
+		if err := c.ctx.Err(); err != nil {
+			return 0, err // no read of r starts once ctx ended
+		}
 		select {
 		case c.reqs <- len(p):
 			c.inFlight = true

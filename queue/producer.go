@@ -133,8 +133,8 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 	// server of its own): it would refuse the job with a bare
 	// "maximum payload exceeded". Checked for larger jobs only, as no
 	// server takes less than that.
-	if len(payload) > 32<<10 {
-		if limit, size := p.js.Conn().MaxPayload(), int64(len(payload)+headerLen(msg.Header)); limit > 0 && size > limit {
+	if size := int64(len(payload) + headerLen(msg.Header)); size > 32<<10 {
+		if limit := p.js.Conn().MaxPayload(); limit > 0 && size > limit {
 			return nil, fmt.Errorf("%w: %d bytes with its headers, the server takes at most %d (its jobq serve --max-payload, less room for headers)", ErrPayloadTooLarge, size, limit)
 		}
 	}
