@@ -18,6 +18,10 @@ import (
 // maxErrorHeader bounds the error text kept in a dead letter's header.
 const maxErrorHeader = 1024
 
+// maxHeaderBytes is the most header bytes nats-server takes in a message
+// (its max_header_size default, which jobq keeps).
+const maxHeaderBytes = 64 << 10
+
 // deadLetter copies a job to DLQ with why it failed, and waits for the
 // stream to confirm. Only then may the caller remove it from JOB. The copy's
 // Nats-Msg-Id is derived from the job's JOB sequence, so moving the same job
@@ -53,6 +57,17 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	m.Header.Set(HeaderError, cause)
 	m.Header.Set(HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	m.Header.Set(nats.MsgIdHdr, "dlq-"+strconv.FormatUint(job.Seq, 10))
+	if hl := headerLen(m.Header); hl > maxHeaderBytes || int64(len(m.Data)+hl) > js.Conn().MaxPayload() {
+		// The job's own headers with jobq's take more than the server
+		// carries: its dead letter would be refused every time, and the
+		// job stay in JOB. They are left out, and its error says so.
+		for k := range h {
+			if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
+				delete(m.Header, k)
+			}
+		}
+		m.Header.Set(HeaderError, cause+" (the job's own headers are left out of its dead letter: with jobq's they were over the server's limit)")
+	}
 	ack, err := js.PublishMsg(ctx, m)
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", StreamDLQ, err)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +174,27 @@ func TestImportReadsNothingOnceCtxEnded(t *testing.T) {
 	}
 	if reads > 0 {
 		t.Errorf("of 200 imports stopped by ctx, %d read their input after it ended", reads)
+	}
+}
+
+// A job whose own headers take nearly all the server's limit, as it may,
+// is still dead-lettered: without them, since with jobq's headers it would
+// be refused every time and stay in JOB. Its error says so.
+func TestDeadLetterOfAJobWithHeadersUpToTheLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	job := &data.Job{ID: "J", Subject: "job.x", Seq: 1, Attempt: 3, Payload: []byte("p")}
+	// Under the server's 64 KiB of headers alone, over it with jobq's.
+	h := nats.Header{"X-Big": {strings.Repeat("v", maxHeaderBytes-100)}}
+	if err := deadLetter(ctx, obj.JS, job, h, "boom"); err != nil {
+		t.Fatalf("dead-letter a job with headers up to the server's limit: %v", err)
+	}
+	d, err := DeadLetterAt(ctx, obj, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Header["X-Big"]; ok || d.ID != "J" || !strings.Contains(d.Error, "boom") || !strings.Contains(d.Error, "headers are left out") {
+		t.Errorf("dead letter: ID %q, error %q, headers %d; want J, its error saying its headers were left out, and none of them", d.ID, d.Error, len(d.Header))
 	}
 }
