@@ -24,6 +24,8 @@ timeout: 3s
 `), 0o600)
 	client := filepath.Join(dir, "client.yaml")
 	os.WriteFile(client, []byte("server: nats://127.0.0.1:1\nheader:\n  - X-Team=ops\n"), 0o600)
+	short := filepath.Join(dir, "short.yaml")
+	os.WriteFile(short, []byte("s: nats://short:4222\n"), 0o600)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("wokers: 8\n"), 0o600)
 	notYAML := filepath.Join(dir, "not.yaml")
@@ -73,6 +75,11 @@ timeout: 3s
 			name: "so does a repeatable flag's",
 			args: []string{"jobq", "enqueue", "--config", client, "-H", "X-Team=dev", "job.x", "p"},
 			want: []string{"jobq", "enqueue", "--server", "nats://127.0.0.1:1", "-H", "X-Team=dev", "job.x", "p"},
+		},
+		{
+			name: "a key may be a flag's short name",
+			args: []string{"jobq", "status", "--config", short},
+			want: []string{"jobq", "status", "--s", "nats://short:4222"},
 		},
 		{name: "missing file", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "none.yaml")}, wantErr: "none.yaml: no such file"},
 		{name: "no file named", args: []string{"jobq", "serve", "--config"}, wantErr: "--config needs a file"},

@@ -161,9 +161,11 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 		}
 	}
 	walk(app.Commands)
-	mine := map[string]cli.Flag{}
+	mine := map[string]cli.Flag{} // by every name: a key may be a short one (s: for server)
 	for _, f := range cmd.Flags {
-		mine[f.Names()[0]] = f
+		for _, n := range f.Names() {
+			mine[n] = f
+		}
 	}
 	onCommandLine := func(f cli.Flag) bool { // by any of its names: -s is --server
 		for _, a := range rest[at:] {
