@@ -1807,25 +1807,13 @@ func dlqRetry(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	var list []queue.DeadLetter
-	if c.Bool("all") {
-		if list, err = queue.ListDeadLetters(c.Context, obj, 0); err != nil {
-			return err
-		}
-	} else {
-		d, err := findDeadLetter(c, obj)
-		if err != nil {
-			return err
-		}
-		list = []queue.DeadLetter{d}
-	}
 	type result struct {
 		ID     string `json:"id"`
 		DLQSeq uint64 `json:"dlq_seq"`
 		Seq    uint64 `json:"seq"`
 	}
 	results := []result{}
-	for _, d := range list {
+	retry := func(d queue.DeadLetter) error {
 		// A dead letter re-enqueued and not removed from DLQ comes with
 		// both: it counts as retried.
 		ack, err := queue.RetryDeadLetter(c.Context, obj, d)
@@ -1835,16 +1823,40 @@ func dlqRetry(c *cli.Context) error {
 				fmt.Fprintf(c.App.Writer, "retried %s (dlq seq %d) as %s seq %d\n", d.ID, d.Seq, queue.StreamJob, ack.Sequence)
 			}
 		}
-		if err == nil {
-			continue
-		}
-		if c.Bool("json") && len(results) > 0 {
+		if err != nil && c.Bool("json") && len(results) > 0 {
 			printJSON(c.App.Writer, results) // what was re-enqueued
 		}
-		if len(list) > 1 {
-			return fmt.Errorf("retried %d of %d dead letters; %s (dlq seq %d): %w", len(results), len(list), d.ID, d.Seq, err)
-		}
 		return err
+	}
+	if c.Bool("all") {
+		// One dead letter read at a time: a DLQ of large payloads is never
+		// in memory whole.
+		info, err := obj.Dead.Info(c.Context)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", queue.StreamDLQ, err)
+		}
+		var failed *queue.DeadLetter
+		err = queue.EachDeadLetter(c.Context, obj, func(d queue.DeadLetter) error {
+			if err := retry(d); err != nil {
+				failed = &d
+				return err
+			}
+			return nil
+		})
+		if err != nil && failed == nil {
+			return err // reading DLQ failed
+		}
+		if err != nil {
+			return fmt.Errorf("retried %d of %d dead letters; %s (dlq seq %d): %w", len(results), info.State.Msgs, failed.ID, failed.Seq, err)
+		}
+	} else {
+		d, err := findDeadLetter(c, obj)
+		if err != nil {
+			return err
+		}
+		if err := retry(d); err != nil {
+			return err
+		}
 	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, results)

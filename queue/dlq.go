@@ -187,6 +187,36 @@ func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]De
 	return out, nil
 }
 
+// EachDeadLetter calls f with each dead letter stored when it began, oldest
+// first, reading one at a time, so that a DLQ of large payloads is never
+// held in memory whole; it stops at f's first error and returns it. A dead
+// letter stored meanwhile, say by a retried job that failed again, is left
+// for the next call.
+func EachDeadLetter(ctx context.Context, obj *Objects, f func(DeadLetter) error) error {
+	info, err := obj.Dead.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	last := info.State.LastSeq
+	for seq := uint64(1); seq <= last; {
+		m, err := obj.Dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectDLQPrefix+">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", StreamDLQ, err)
+		}
+		if m.Sequence > last {
+			return nil
+		}
+		if err := f(deadLetterFrom(m)); err != nil {
+			return err
+		}
+		seq = m.Sequence + 1
+	}
+	return nil
+}
+
 // ErrNoDeadLetter is returned for a DLQ sequence or job ID with no dead letter.
 var ErrNoDeadLetter = errors.New("no such dead letter")
 

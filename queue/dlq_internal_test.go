@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"reflect"
@@ -196,5 +197,40 @@ func TestDeadLetterOfAJobWithHeadersUpToTheLimit(t *testing.T) {
 	}
 	if _, ok := d.Header["X-Big"]; ok || d.ID != "J" || !strings.Contains(d.Error, "boom") || !strings.Contains(d.Error, "headers are left out") {
 		t.Errorf("dead letter: ID %q, error %q, headers %d; want J, its error saying its headers were left out, and none of them", d.ID, d.Error, len(d.Header))
+	}
+}
+
+// EachDeadLetter visits the dead letters stored when it began, oldest
+// first, and not one stored meanwhile (a retried job that failed again),
+// which would make a retry of all of them go round for ever.
+func TestEachDeadLetterVisitsThoseStoredWhenItBegan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	letter := func(seq uint64) {
+		t.Helper()
+		job := &data.Job{ID: fmt.Sprint("j", seq), Subject: "job.x", Seq: seq, Attempt: 3, Payload: []byte("p")}
+		if err := deadLetter(ctx, obj.JS, job, nats.Header{}, "boom"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		letter(seq)
+	}
+	var seen []string
+	err := EachDeadLetter(ctx, obj, func(d DeadLetter) error {
+		seen = append(seen, d.ID)
+		if d.ID == "j1" {
+			letter(4) // stored meanwhile
+		}
+		return nil
+	})
+	if err != nil || !slices.Equal(seen, []string{"j1", "j2", "j3"}) {
+		t.Errorf("visited %v, %v; want j1, j2, j3 in that order, and not j4", seen, err)
+	}
+	stop := errors.New("stop")
+	seen = nil
+	if err := EachDeadLetter(ctx, obj, func(d DeadLetter) error { seen = append(seen, d.ID); return stop }); !errors.Is(err, stop) || len(seen) != 1 {
+		t.Errorf("with f failing: visited %v, %v; want it stopped at the first, with f's error", seen, err)
 	}
 }

@@ -303,19 +303,21 @@ func (d *Dashboard) retryAll(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), retryTimeout)
 	defer cancel()
-	list, err := queue.ListDeadLetters(ctx, d.cfg.Objects, 0)
 	retried, failed := 0, 0
-	if err != nil {
-		d.cfg.Log.Error().Err(err).Msg("list dead letters to retry from the dashboard")
-		failed++
-	}
-	for _, dl := range list {
+	// One dead letter read at a time: a DLQ of large payloads is never in
+	// memory whole.
+	err := queue.EachDeadLetter(ctx, d.cfg.Objects, func(dl queue.DeadLetter) error {
 		if err := d.redrive(ctx, dl); err != nil {
 			d.cfg.Log.Error().Err(err).Uint64("dlq_seq", dl.Seq).Str("job_id", dl.ID).Msg("retry dead letter from the dashboard")
 			failed++
-			continue
+			return ctx.Err() // the others are tried, while there is time
 		}
 		retried++
+		return nil
+	})
+	if err != nil {
+		d.cfg.Log.Error().Err(err).Msg("read dead letters to retry from the dashboard")
+		failed++
 	}
 	to := PathPage + "?retried=" + strconv.Itoa(retried)
 	if failed > 0 {
