@@ -26,6 +26,8 @@ timeout: 3s
 	os.WriteFile(client, []byte("server: nats://127.0.0.1:1\nheader:\n  - X-Team=ops\n"), 0o600)
 	short := filepath.Join(dir, "short.yaml")
 	os.WriteFile(short, []byte("s: nats://short:4222\n"), 0o600)
+	both := filepath.Join(dir, "both.yaml")
+	os.WriteFile(both, []byte("s: nats://a:4222\nserver: nats://b:4222\n"), 0o600)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("wokers: 8\n"), 0o600)
 	notYAML := filepath.Join(dir, "not.yaml")
@@ -81,6 +83,13 @@ timeout: 3s
 			args: []string{"jobq", "status", "--config", short},
 			want: []string{"jobq", "status", "--s", "nats://short:4222"},
 		},
+		{
+			name: "the environment wins over a short key too",
+			args: []string{"jobq", "status", "--config", short},
+			env:  map[string]string{"JOBQ_SERVER": "nats://env:4222"},
+			want: []string{"jobq", "status"},
+		},
+		{name: "a key and its short name", args: []string{"jobq", "status", "--config", both}, wantErr: "s and server are one setting"},
 		{name: "missing file", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "none.yaml")}, wantErr: "none.yaml: no such file"},
 		{name: "no file named", args: []string{"jobq", "serve", "--config"}, wantErr: "--config needs a file"},
 	}

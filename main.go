@@ -184,6 +184,7 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 	}
 	slices.Sort(keys)
 	var injected []string
+	given := map[string]string{} // a flag's name: the key that set it
 	for _, k := range keys {
 		if !known[k] {
 			return nil, badUsage("config %s: unknown setting %q: use flag names, e.g. store-dir", path, k)
@@ -192,7 +193,12 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 		if !ok {
 			continue // another command's setting
 		}
-		if _, set := lookupEnv(env(k)[0]); set || onCommandLine(f) {
+		name := f.Names()[0]
+		if other, twice := given[name]; twice {
+			return nil, badUsage("config %s: %s and %s are one setting; keep one", path, other, k)
+		}
+		given[name] = k
+		if _, set := lookupEnv(env(name)[0]); set || onCommandLine(f) {
 			continue // the environment and the command line win
 		}
 		values, err := configValues(settings[k])
@@ -1843,8 +1849,14 @@ func dlqRetry(c *cli.Context) error {
 			}
 			return nil
 		})
-		if err != nil && failed == nil {
-			return err // reading DLQ failed
+		if err != nil && failed == nil { // reading DLQ failed
+			if len(results) == 0 {
+				return err
+			}
+			if c.Bool("json") {
+				printJSON(c.App.Writer, results) // what was re-enqueued
+			}
+			return fmt.Errorf("retried %d of %d dead letters; then %w", len(results), info.State.Msgs, err)
 		}
 		if err != nil {
 			return fmt.Errorf("retried %d of %d dead letters; %s (dlq seq %d): %w", len(results), info.State.Msgs, failed.ID, failed.Seq, err)

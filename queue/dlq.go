@@ -18,9 +18,9 @@ import (
 // maxErrorHeader bounds the error text kept in a dead letter's header.
 const maxErrorHeader = 1024
 
-// maxHeaderBytes is the most header bytes nats-server takes in a message
-// (its max_header_size default, which jobq keeps).
-const maxHeaderBytes = 64 << 10
+// maxHeaderBytes is the most header bytes nats-server's JetStream stores
+// in a message.
+const maxHeaderBytes = math.MaxUint16
 
 // deadLetter copies a job to DLQ with why it failed, and waits for the
 // stream to confirm. Only then may the caller remove it from JOB. The copy's
@@ -36,7 +36,9 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	for k, v := range h {
 		// Nats- headers told the server how to store the job, such as a
 		// Nats-Expected-Stream: JOB that DLQ would refuse every time.
-		if hasPrefixFold(k, "Nats-") {
+		// Jobq- headers are jobq's own, set below; another client's, in
+		// any case, would only ride along and take room.
+		if hasPrefixFold(k, "Nats-") || hasPrefixFold(k, "Jobq-") {
 			continue
 		}
 		// A name another client stored that nats.go will not send would
@@ -62,7 +64,7 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 		// carries: its dead letter would be refused every time, and the
 		// job stay in JOB. They are left out, and its error says so.
 		for k := range h {
-			if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
+			if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") { // jobq's own stay
 				delete(m.Header, k)
 			}
 		}

@@ -234,3 +234,34 @@ func TestEachDeadLetterVisitsThoseStoredWhenItBegan(t *testing.T) {
 		t.Errorf("with f failing: visited %v, %v; want it stopped at the first, with f's error", seen, err)
 	}
 }
+
+// Headers right at the server's limit, or a large Jobq- header another
+// client set, still leave the job a dead letter.
+func TestDeadLetterOfAJobWithHeadersRightAtTheLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	for i, h := range []nats.Header{
+		{"X-Big": {strings.Repeat("v", maxHeaderBytes-60)}},
+		{"X-Big": {strings.Repeat("v", maxHeaderBytes-20)}},
+		{"Jobq-Note": {strings.Repeat("v", maxHeaderBytes-100)}},
+		{"jobq-job-id": {strings.Repeat("v", maxHeaderBytes-100)}},
+	} {
+		job := &data.Job{ID: "J", Subject: "job.x", Seq: uint64(i + 1), Attempt: 3, Payload: []byte("p")}
+		if err := deadLetter(ctx, obj.JS, job, h, "boom"); err != nil {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+}
+
+// A producer keeps room under the server's limit for the headers a job's
+// dead letter adds: a job that filled it would be refused by DLQ for good.
+func TestProducerKeepsRoomForTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{})
+	limit := int(obj.JS.Conn().MaxPayload())
+	p := NewProducer(obj.JS, Config{MaxPayload: limit})
+	if _, err := p.Enqueue(context.Background(), "job.x", make([]byte, limit-100), EnqueueOptions{ID: "full"}); !errors.Is(err, ErrPayloadTooLarge) {
+		t.Errorf("a job 100 bytes under the server's limit: %v; want it refused, too large to dead-letter", err)
+	}
+}

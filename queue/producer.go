@@ -133,13 +133,19 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 	// server of its own): it would refuse the job with a bare
 	// "maximum payload exceeded". Checked for larger jobs only, as no
 	// server takes less than that.
+	// Room is kept for the headers its dead letter adds (dlqRoom): a job
+	// that fills the server's limit would be refused by DLQ every time.
 	if size := int64(len(payload) + headerLen(msg.Header)); size > 32<<10 {
-		if limit := p.js.Conn().MaxPayload(); limit > 0 && size > limit {
-			return nil, fmt.Errorf("%w: %d bytes with its headers, the server takes at most %d (its jobq serve --max-payload, less room for headers)", ErrPayloadTooLarge, size, limit)
+		if limit := p.js.Conn().MaxPayload(); limit > 0 && size+dlqRoom > limit {
+			return nil, fmt.Errorf("%w: %d bytes with its headers, the server takes at most %d less %d for its dead letter's headers (its jobq serve --max-payload, less room for headers)", ErrPayloadTooLarge, size, limit, dlqRoom)
 		}
 	}
 	return msg, nil
 }
+
+// dlqRoom is what a job leaves of the server's limit on a message for the
+// headers its dead letter adds: jobq's, and the error, up to maxErrorHeader.
+const dlqRoom = 2 << 10
 
 // headerName reports whether k is a header name NATS carries: a token of
 // RFC 7230, as nats.go checks before it sends a message.

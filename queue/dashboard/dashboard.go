@@ -315,7 +315,7 @@ func (d *Dashboard) retryAll(w http.ResponseWriter, r *http.Request) {
 		retried++
 		return nil
 	})
-	if err != nil {
+	if err != nil && ctx.Err() == nil { // not the end of a redrive counted above
 		d.cfg.Log.Error().Err(err).Msg("read dead letters to retry from the dashboard")
 		failed++
 	}
