@@ -1828,15 +1828,7 @@ func TestCLIDLQRetryCountsALetterItCouldNotRemove(t *testing.T) {
 	s := startServe(t, serveOpts{})
 	s.storeDeadLetter(t, "a-1", "job.x")
 	s.storeDeadLetter(t, "b-1", "job.x")
-	nc, err := nats.Connect(s.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := s.jetStream(t)
 	// DLQ refuses deletes: each re-enqueue lands, and its removal fails.
 	st, err := js.Stream(context.Background(), queue.StreamDLQ)
 	if err != nil {
@@ -1867,19 +1859,27 @@ func (s *jobqServer) wantRetriedOneOfTwo(t *testing.T, retried, failed string) {
 	}
 }
 
-// storeDeadLetter stores a dead letter of job id on subject in s's DLQ, as
-// one from an earlier run, with the payload "payload of ID".
-func (s *jobqServer) storeDeadLetter(t *testing.T, id, subject string) {
+// jetStream connects to s, as any JetStream client would; t.Cleanup closes
+// the connection.
+func (s *jobqServer) jetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(s.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// storeDeadLetter stores a dead letter of job id on subject in s's DLQ, as
+// one from an earlier run, with the payload "payload of ID".
+func (s *jobqServer) storeDeadLetter(t *testing.T, id, subject string) {
+	t.Helper()
+	js := s.jetStream(t)
 	m := nats.NewMsg(queue.SubjectDLQPrefix + subject)
 	m.Header.Set(queue.HeaderJobID, id)
 	m.Header.Set(queue.HeaderSubject, subject)

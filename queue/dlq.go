@@ -114,24 +114,24 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	return d
 }
 
-// ListDeadLetters returns up to limit dead letters, oldest first (limit <= 0:
-// all).
+// ListDeadLetters returns up to limit of the dead letters stored when it
+// began, oldest first (limit <= 0: all), payloads included.
 func ListDeadLetters(ctx context.Context, obj *Objects, limit int) ([]DeadLetter, error) {
 	var out []DeadLetter
-	seq := uint64(1)
-	for limit <= 0 || len(out) < limit {
-		m, err := obj.Dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectDLQPrefix+">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+	err := EachDeadLetter(ctx, obj, func(d DeadLetter) error {
+		if out = append(out, d); limit > 0 && len(out) >= limit {
+			return errEnough
 		}
-		if err != nil {
-			return out, fmt.Errorf("read %s: %w", StreamDLQ, err)
-		}
-		out = append(out, deadLetterFrom(m))
-		seq = m.Sequence + 1
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
 	}
-	return out, nil
+	return out, err
 }
+
+// errEnough ends an EachDeadLetter that found what it looked for.
+var errEnough = errors.New("enough")
 
 // ListDeadLetterSummaries is ListDeadLetters without the payloads, which it
 // does not read: the server sends the dead letters' headers only. For views
@@ -249,14 +249,19 @@ func DeadLetterAt(ctx context.Context, obj *Objects, seq uint64) (DeadLetter, er
 
 // DeadLetterOf returns the oldest dead letter of job id.
 func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, error) {
-	all, err := ListDeadLetters(ctx, obj, 0)
-	if err != nil {
-		return DeadLetter{}, err
-	}
-	for _, d := range all {
-		if d.ID == id {
-			return d, nil
+	var found *DeadLetter
+	err := EachDeadLetter(ctx, obj, func(d DeadLetter) error {
+		if d.ID != id {
+			return nil
 		}
+		found = &d
+		return errEnough
+	})
+	switch {
+	case found != nil:
+		return *found, nil
+	case err != nil:
+		return DeadLetter{}, err
 	}
 	return DeadLetter{}, fmt.Errorf("%w: %q (see jobq dlq list)", ErrNoDeadLetter, id)
 }

@@ -421,8 +421,8 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 	h := nats.Header{}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		v := fields[k]
-		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == ':' || r == 0x7f }) {
-			return nil, fmt.Errorf("headers: invalid name %q", k)
+		if !headerName(k) {
+			return nil, fmt.Errorf("headers: invalid name %q: a header name is letters, digits and !#$%%&'*+-.^_`|~ only", k)
 		}
 		if hasPrefixFold(k, "Nats-") {
 			return nil, fmt.Errorf("headers: %q is reserved for NATS; set the job ID with the id field", k)
