@@ -333,6 +333,9 @@ func (p *Producer) parseImportLine(line []byte) (importJob, error) {
 	if err := json.Unmarshal(line, &fields); err != nil {
 		return job, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
+	if k, twice := givenTwice(line, len(fields)); twice {
+		return job, fmt.Errorf("field %q given twice: give each once", k)
+	}
 	str := func(name string, raw json.RawMessage) (string, error) {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -417,6 +420,9 @@ func parseHeaders(raw json.RawMessage) (nats.Header, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
 		return nil, errors.New("headers: want an object of strings or arrays of strings")
+	}
+	if k, twice := givenTwice(raw, len(fields)); twice {
+		return nil, fmt.Errorf("headers: %q given twice: give its values once, as an array", k)
 	}
 	h := nats.Header{}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
@@ -507,6 +513,67 @@ func (c *ctxReader) pump() {
 			return
 		}
 	}
+}
+
+// givenTwice reports a key that the JSON object obj, which holds n distinct
+// keys, gives twice: Go's decoder keeps the last value of such a key, so
+// the job would silently be other than what one of them says.
+func givenTwice(obj []byte, n int) (string, bool) {
+	if topLevelKeys(obj) == n {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // {
+		return "", false
+	}
+	seen := make(map[string]bool, n)
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return k, true
+		}
+		seen[k] = true
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// topLevelKeys counts the keys of the valid JSON object obj, as given: a
+// key given twice counts twice.
+func topLevelKeys(obj []byte) int {
+	n, depth := 0, 0
+	for i := 0; i < len(obj); i++ {
+		switch obj[i] {
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		case '"':
+			for i++; i < len(obj) && obj[i] != '"'; i++ {
+				if obj[i] == '\\' {
+					i++
+				}
+			}
+			if depth != 1 {
+				continue
+			}
+			j := i + 1
+			for j < len(obj) && (obj[j] == ' ' || obj[j] == '\t' || obj[j] == '\n' || obj[j] == '\r') {
+				j++
+			}
+			if j < len(obj) && obj[j] == ':' {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // keptAsIs checks that the JSON string raw of field name holds no escaped

@@ -76,6 +76,10 @@ func TestImportLines(t *testing.T) {
 		{name: "header of jobq's own", line: `{"subject":"job.x","headers":{"Jobq-Job-Id":"seq-1"}}`, reason: "Jobq-Job-Id: headers starting with Jobq- are jobq's own"},
 		{name: "id of a job published without one", line: `{"subject":"job.x","id":"seq-3"}`, reason: "published without one"},
 		{name: "header with line break", line: `{"subject":"job.x","headers":{"X-A":"a\r\nX-B: b"}}`, reason: "line break"},
+		{name: "field given twice", line: `{"subject":"job.t.one","id":"twice-1","subject":"job.t.two"}`, reason: `field "subject" given twice`},
+		{name: "field given twice, once escaped", line: `{"id":"twice-2","\u0069d":"twice-3","subject":"job.x"}`, reason: `field "id" given twice`},
+		{name: "header given twice", line: `{"subject":"job.x","id":"twice-4","headers":{"X-A":"1","X-A":"2"}}`, reason: `headers: "X-A" given twice`},
+		{name: "same keys inside values", line: `{"subject":"job.t.nest","id":"nest-1","payload":{"subject":1,"a":{"subject":2},"s":"\"subject\":"},"headers":{"X-A":"subject:"}}`, want: &streamJob{subject: "job.t.nest", id: "nest-1", payload: `{"subject":1,"a":{"subject":2},"s":"\"subject\":"}`, header: nats.Header{"X-A": {"subject:"}}}},
 	}
 	var in bytes.Buffer
 	var wantStored []streamJob
@@ -94,8 +98,9 @@ func TestImportLines(t *testing.T) {
 	}
 	var progress []queue.ImportSummary
 	sum, err := queue.Import(context.Background(), b.prod, &in, queue.ImportOptions{
-		Window:   4,
-		Progress: func(s queue.ImportSummary) { progress = append(progress, s) },
+		Window:    4,
+		MaxErrors: len(tests),
+		Progress:  func(s queue.ImportSummary) { progress = append(progress, s) },
 	})
 	if err != nil {
 		t.Fatalf("import: %v", err)
