@@ -30,6 +30,10 @@ timeout: 3s
 	os.WriteFile(both, []byte("s: nats://a:4222\nserver: nats://b:4222\n"), 0o600)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("wokers: 8\n"), 0o600)
+	badValues := map[string]string{"workers": "abc", "shutdown-timeout": "5", "no-ledger": "maybe"}
+	for k, v := range badValues {
+		os.WriteFile(filepath.Join(dir, k+".yaml"), []byte(k+": "+v+"\n"), 0o600)
+	}
 	notYAML := filepath.Join(dir, "not.yaml")
 	os.WriteFile(notYAML, []byte("a: [\n"), 0o600)
 	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
@@ -92,6 +96,9 @@ timeout: 3s
 		{name: "a key and its short name", args: []string{"jobq", "status", "--config", both}, wantErr: "s and server are one setting"},
 		{name: "missing file", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "none.yaml")}, wantErr: "none.yaml: no such file"},
 		{name: "no file named", args: []string{"jobq", "serve", "--config"}, wantErr: "--config needs a file"},
+		{name: "not a number", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "workers.yaml")}, wantErr: "workers.yaml: workers: invalid value \"abc\": want a whole number"},
+		{name: "a duration without its unit", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "shutdown-timeout.yaml")}, wantErr: "shutdown-timeout.yaml: shutdown-timeout: invalid value \"5\": want a duration with its unit"},
+		{name: "not a boolean", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "no-ledger.yaml")}, wantErr: "no-ledger.yaml: no-ledger: invalid value \"maybe\": want true or false"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

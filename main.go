@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -206,6 +207,9 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 			return nil, badUsage("config %s: %s: %v", path, k, err)
 		}
 		for _, v := range values {
+			if err := flagValueOK(f, v); err != nil {
+				return nil, badUsage("config %s: %s: invalid value %q: %v", path, k, v, err)
+			}
 			if _, isBool := f.(*cli.BoolFlag); isBool {
 				injected = append(injected, "--"+k+"="+v)
 				continue
@@ -216,6 +220,30 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 	out := append([]string{}, rest[:at]...)
 	out = append(out, injected...)
 	return append(out, rest[at:]...), nil
+}
+
+// flagValueOK checks v as a value of f, as the command line would, so that
+// a bad one in a config file is reported with the file's name.
+func flagValueOK(f cli.Flag, v string) error {
+	set := flag.NewFlagSet("config", flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	if err := f.Apply(set); err != nil {
+		return nil // checked when the command line is parsed
+	}
+	if set.Set(f.Names()[0], v) == nil {
+		return nil
+	}
+	switch f.(type) {
+	case *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag, *cli.Uint64Flag:
+		return errors.New("want a whole number")
+	case *cli.DurationFlag:
+		return errors.New("want a duration with its unit, such as 30s or 5m")
+	case *cli.BoolFlag:
+		return errors.New("want true or false")
+	case *cli.Float64Flag:
+		return errors.New("want a number")
+	}
+	return errors.New("not a value this setting takes; see --help")
 }
 
 // configValues turns a YAML value into flag values: a scalar is one, a list
