@@ -1751,17 +1751,20 @@ func dlqList(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	list, err := queue.ListDeadLetters(c.Context, obj, c.Int("limit"))
-	if err != nil {
+	// One dead letter at a time, its payload let go at once: the list
+	// holds none, so a DLQ of large payloads is never in memory whole.
+	list := []queue.DeadLetter{}
+	err = queue.EachDeadLetter(c.Context, obj, func(d queue.DeadLetter) error {
+		d.Payload = nil
+		if list = append(list, d); c.Int("limit") > 0 && len(list) >= c.Int("limit") {
+			return errListed
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errListed) {
 		return err
 	}
 	if c.Bool("json") {
-		if list == nil {
-			list = []queue.DeadLetter{}
-		}
-		for i := range list {
-			list[i].Payload = nil
-		}
 		return printJSON(c.App.Writer, list)
 	}
 	if len(list) == 0 {
@@ -1775,6 +1778,9 @@ func dlqList(c *cli.Context) error {
 	}
 	return tw.Flush()
 }
+
+// errListed ends a dlq list that has its --limit.
+var errListed = errors.New("listed enough")
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
