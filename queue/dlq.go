@@ -77,6 +77,29 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	if ack.Stream != StreamDLQ {
 		return fmt.Errorf("publish to %s: stored in stream %s; another stream captures %s", StreamDLQ, ack.Stream, m.Subject)
 	}
+	if ack.Duplicate {
+		return sameDeadLetter(ctx, js, ack.Sequence, job)
+	}
+	return nil
+}
+
+// sameDeadLetter checks that the dead letter DLQ took a new one for a
+// duplicate of, at seq, is job's: stored by an earlier try whose answer was
+// lost. Another job's, with the same JOB sequence (JOB made anew within
+// DLQ's dedupe window), would leave job in neither stream: it is an error,
+// and job stays in JOB.
+func sameDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64, job *data.Job) error {
+	s, err := js.Stream(ctx, StreamDLQ)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("read the dead letter %s took job %s's for, at %d: %w; the job stays in %s", StreamDLQ, job.ID, seq, err, StreamJob)
+	}
+	if m.Header.Get(HeaderJobID) != job.ID || m.Header.Get(HeaderSeq) != strconv.FormatUint(job.Seq, 10) {
+		return fmt.Errorf("%s took job %s's dead letter for a duplicate of job %s's, at %d (%s was made anew within its dedupe window); the job stays in %s until that window ends", StreamDLQ, job.ID, m.Header.Get(HeaderJobID), seq, StreamJob, StreamJob)
+	}
 	return nil
 }
 
@@ -285,7 +308,10 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 		m.Header[k] = v
 	}
 	m.Header.Set(HeaderJobID, d.ID)
-	m.Header.Set(nats.MsgIdHdr, "retry-"+strconv.FormatUint(d.Seq, 10))
+	// The re-drive's own ID, which no job may take (see ValidID): a
+	// duplicate is this very dead letter re-enqueued before, whose answer
+	// was lost, never another job that would be taken for it.
+	m.Header.Set(nats.MsgIdHdr, retryID(d))
 	ack, err := obj.JS.PublishMsg(ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
@@ -297,6 +323,16 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 		return ack, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
 	}
 	return ack, nil
+}
+
+// retryIDPrefix starts the Nats-Msg-Id of a dead letter's re-drive, which
+// ValidID keeps from jobs.
+const retryIDPrefix = "jobq-retry-"
+
+// retryID is the Nats-Msg-Id of d's re-drive: its DLQ sequence, and when it
+// failed, should DLQ have been made anew and its sequences start over.
+func retryID(d DeadLetter) string {
+	return retryIDPrefix + strconv.FormatUint(d.Seq, 10) + "-" + strconv.FormatInt(d.FailedAt.UnixNano(), 10)
 }
 
 // PurgeDeadLetters deletes every dead letter and returns how many there were.

@@ -265,3 +265,29 @@ func TestProducerKeepsRoomForTheDeadLetter(t *testing.T) {
 		t.Errorf("a job 100 bytes under the server's limit: %v; want it refused, too large to dead-letter", err)
 	}
 }
+
+// DLQ dedupes dead letters by their job's JOB sequence. Another job's dead
+// letter under the same sequence (JOB made anew within DLQ's dedupe window)
+// is no proof that this job's is stored: moving it is an error, and the job
+// stays in JOB. The job's own, stored by an earlier try, is.
+func TestDeadLetterTakenForAnotherJobsIsAnError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	job := &data.Job{ID: "mine", Subject: "job.x", Seq: 5, Attempt: 3, Payload: []byte("p")}
+	other := *job
+	other.ID = "other"
+	if err := deadLetter(ctx, obj.JS, &other, nil, "failed"); err != nil {
+		t.Fatal(err)
+	}
+	err := deadLetter(ctx, obj.JS, job, nil, "failed")
+	if err == nil || !strings.Contains(err.Error(), `took job mine's dead letter for a duplicate of job other's`) {
+		t.Fatalf("dead letter of another job under the same sequence: got %v, want an error", err)
+	}
+	if err := deadLetter(ctx, obj.JS, &other, nil, "failed"); err != nil {
+		t.Errorf("the same job's dead letter again: %v", err)
+	}
+	if info, _ := obj.Dead.Info(ctx); info.State.Msgs != 1 {
+		t.Errorf("DLQ holds %d dead letters, want 1", info.State.Msgs)
+	}
+}

@@ -205,6 +205,9 @@ func ValidID(id string) error {
 	if data.IsSeqID(id) {
 		return fmt.Errorf("%w: %q is the ID jobq gives the job at that stream sequence when it is published without one; use another", ErrBadID, id)
 	}
+	if strings.HasPrefix(id, retryIDPrefix) {
+		return fmt.Errorf("%w: %q: IDs starting with %s are jobq's, for re-driven dead letters; use another", ErrBadID, id, retryIDPrefix)
+	}
 	return nil
 }
 
