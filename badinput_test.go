@@ -34,7 +34,7 @@ func TestBadInputLosesNothing(t *testing.T) {
 		{name: "id of a job published without one", args: []string{"enqueue", "job.x", "x", "--id", "seq-7"}, code: 2, want: []string{"seq-7", "published without one; use another"}},
 		{name: "a header of jobq's own", args: []string{"enqueue", "job.x", "x", "-H", "Jobq-Job-Id=seq-1"}, code: 2, want: []string{"Jobq-Job-Id", "jobq's own"}},
 		{name: "header without value", args: []string{"enqueue", "job.x", "x", "-H", "novalue"}, code: 2, want: []string{"key=value"}},
-		{name: "file that is not there", args: []string{"enqueue", "job.x", "--file", "/no/such/file"}, code: 1, want: []string{"/no/such/file"}},
+		{name: "file that is not there", args: []string{"enqueue", "job.x", "--file", "/no/such/file"}, code: 2, want: []string{"--file", "/no/such/file"}},
 		// Over NATS's limit on a protocol line, the server would close the
 		// connection.
 		{name: "subject over 1024 bytes", args: []string{"enqueue", "job." + strings.Repeat("a", 5000), "x"}, code: 2, want: []string{"longer than 1024 bytes"}},

@@ -79,7 +79,7 @@ func TestImportCommand(t *testing.T) {
 			wantStderr: []string{"jobq: malformed line: line 3: invalid subject", "nothing after it was published (--strict)"},
 		},
 		{name: "no file", args: nil, wantCode: exitUsage, wantStderr: []string{"import takes one FILE"}},
-		{name: "missing file", args: []string{filepath.Join(dir, "nope.ndjson")}, wantCode: exitFailure, wantStderr: []string{"read jobs: open ", "no such file"}},
+		{name: "missing file", args: []string{filepath.Join(dir, "nope.ndjson")}, wantCode: exitUsage, wantStderr: []string{"import ", "nope.ndjson: no such file"}},
 		{name: "bad window", args: []string{"--window", "0", withBad}, wantCode: exitUsage, wantStderr: []string{"--window"}},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -29,6 +30,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
@@ -1153,7 +1155,9 @@ func client(c *cli.Context) (*queue.Objects, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	// --timeout bounds each request a command makes of the server, also
+	// those made without a deadline of their own.
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(c.Duration("timeout")))
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("open jetstream: %w", err)
@@ -1216,8 +1220,12 @@ func enqueue(c *cli.Context) error {
 	case c.NArg() == 2:
 		payload = []byte(c.Args().Get(1))
 	case c.IsSet("file"):
-		if payload, err = os.ReadFile(c.String("file")); err != nil {
-			return fmt.Errorf("read payload: %w", err)
+		payload, err = os.ReadFile(c.String("file"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return badUsage("--file %s: no such file", c.String("file"))
+		}
+		if err != nil {
+			return fmt.Errorf("read payload from --file %s: %w", c.String("file"), err)
 		}
 	default:
 		if f, ok := c.App.Reader.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
@@ -1296,6 +1304,9 @@ func importJobs(c *cli.Context) error {
 	in := c.App.Reader
 	if name := c.Args().First(); name != "-" {
 		f, err := os.Open(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return badUsage("import %s: no such file", name)
+		}
 		if err != nil {
 			return fmt.Errorf("read jobs: %w", err)
 		}
@@ -1460,6 +1471,12 @@ func next(c *cli.Context) error {
 	if c.Duration("wait") < 0 {
 		return badUsage("--wait %s: want 0 or more", c.Duration("wait"))
 	}
+	// A closed pipe (jobq next | head -1) fails the print, as any write
+	// error does, rather than kill jobq while it holds the job: the attempt
+	// then counts as failed, and the job is not left on a dead lease.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -1473,11 +1490,14 @@ func next(c *cli.Context) error {
 	}
 	var got bool
 	if c.Bool("no-ack") {
-		got, err = queue.Peek(c.Context, obj, c.Duration("wait"), show)
+		got, err = queue.Peek(ctx, obj, c.Duration("wait"), show)
 	} else {
-		got, err = queue.Next(c.Context, obj, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		got, err = queue.Next(ctx, obj, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
 			return show(job)
 		}), c.Duration("wait"), zerolog.Nop())
+	}
+	if (!got || err != nil) && ctx.Err() != nil && c.Context.Err() == nil {
+		return errors.New("next stopped by a signal; a job it had taken and not shown is handed back")
 	}
 	if err != nil {
 		return err
@@ -1500,8 +1520,8 @@ func printJob(c *cli.Context, job *data.Job) error {
 			Attempt int                 `json:"attempt"`
 			Resumed bool                `json:"resumed"`
 			Header  map[string][]string `json:"headers,omitempty"`
-			Payload string              `json:"payload"`
-		}{job.ID, job.Subject, job.Seq, job.Attempt, job.Resumed, job.Header, string(job.Payload)})
+			jsonPayload
+		}{job.ID, job.Subject, job.Seq, job.Attempt, job.Resumed, job.Header, payloadJSON(job.Payload)})
 	}
 	w := &errWriter{w: c.App.Writer}
 	fmt.Fprintf(w, "id: %s\nsubject: %s\nseq: %d\nattempt: %d\n", job.ID, job.Subject, job.Seq, job.Attempt)
@@ -1512,6 +1532,22 @@ func printJob(c *cli.Context, job *data.Job) error {
 	}
 	fmt.Fprintf(w, "\n%s\n", job.Payload)
 	return w.err
+}
+
+// jsonPayload is a payload in --json output: as text (payload) when it is
+// UTF-8, else in base64 (payload_base64), as import takes it: as JSON text,
+// each byte that is not UTF-8 would turn into U+FFFD.
+type jsonPayload struct {
+	Payload       *string `json:"payload,omitempty"`
+	PayloadBase64 string  `json:"payload_base64,omitempty"`
+}
+
+func payloadJSON(b []byte) jsonPayload {
+	if utf8.Valid(b) {
+		s := string(b)
+		return jsonPayload{Payload: &s}
+	}
+	return jsonPayload{PayloadBase64: base64.StdEncoding.EncodeToString(b)}
 }
 
 // errWriter keeps the first error of its writes.
@@ -1676,9 +1712,16 @@ func job(c *cli.Context) error {
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	rec, err := data.NewLedger(obj.Ledger, 0, nil).Get(ctx, c.Args().First())
+	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
+	defer ledger.Close()
+	rec, err := ledger.Get(ctx, c.Args().First())
 	if errors.Is(err, data.ErrNotFound) {
-		return fmt.Errorf("no ledger record for job %q: it is pending, has run for less than a third of --ack-wait, is unknown, or its record expired (--processed-ttl)", c.Args().First())
+		// A first attempt runs on its pool's lease, and has no record of
+		// its own until it ends.
+		rec, err = runningOnALease(ctx, ledger, c.Args().First())
+	}
+	if errors.Is(err, data.ErrNotFound) {
+		return fmt.Errorf("no ledger record for job %q: it is pending, unknown, or its record expired (--processed-ttl)", c.Args().First())
 	}
 	if err != nil {
 		return err
@@ -1702,7 +1745,11 @@ func job(c *cli.Context) error {
 	row("state", string(rec.State))
 	row("subject", rec.Subject)
 	row("seq", strconv.FormatUint(rec.Seq, 10))
-	row("attempts", strconv.Itoa(rec.Attempts))
+	if rec.Attempts > 0 {
+		row("attempts", strconv.Itoa(rec.Attempts))
+	} else {
+		row("record", "none yet: it runs on its pool's lease, and its record is written when it ends")
+	}
 	row("worker", rec.Worker)
 	if rec.Resumed {
 		row("resumed", "yes: an earlier attempt never recorded an outcome")
@@ -1718,6 +1765,21 @@ func job(c *cli.Context) error {
 	}
 	row("last error", rec.LastError)
 	return tw.Flush()
+}
+
+// runningOnALease returns, for a job with no record, what a live pool lease
+// that holds it running tells: its worker, its stream sequence and until
+// when the lease holds it. data.ErrNotFound if none does.
+func runningOnALease(ctx context.Context, ledger *data.Ledger, id string) (data.Record, error) {
+	snap, err := ledger.Check(ctx, []*data.Job{{ID: id}}, "")
+	if err != nil {
+		return data.Record{}, fmt.Errorf("read the pools' leases: %w", err)
+	}
+	ls, job, ok := snap.Leased(data.Key(id))
+	if !ok || !snap.Holds(data.Key(id), time.Now()) {
+		return data.Record{}, data.ErrNotFound
+	}
+	return data.Record{ID: id, State: data.StateRunning, Seq: job.Seq, Worker: ls.Worker, LeaseUntil: ls.Until}, nil
 }
 
 func dlqCommand() *cli.Command {
@@ -1776,17 +1838,27 @@ func dlqList(c *cli.Context) error {
 	for _, d := range list {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", d.Seq, d.ID, d.Subject, d.Attempts, d.FailedAt.Local().Format(time.DateTime), truncate(d.Error, 80))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if limit := c.Int("limit"); limit > 0 && len(list) == limit {
+		if info, err := obj.Dead.Info(c.Context); err == nil && info.State.Msgs > uint64(limit) {
+			fmt.Fprintf(c.App.Writer, "… and %d more (--limit 0 shows all)\n", info.State.Msgs-uint64(limit))
+		}
+	}
+	return nil
 }
 
 // errListed ends a dlq list that has its --limit.
 var errListed = errors.New("listed enough")
 
+// truncate cuts s to at most n bytes and marks the cut, at a character's
+// start: never inside a UTF-8 character.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	return queue.CutUTF8(s, n-len("…")) + "…"
 }
 
 // idFlag makes dlq show and retry take their argument as a job ID, also
@@ -1818,11 +1890,13 @@ func dlqShow(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		// The payload as text, as jobq next --json prints it, not base64.
+		// The payload as jobq next --json prints it (see payloadJSON).
+		p := payloadJSON(d.Payload)
 		return printJSON(c.App.Writer, struct {
 			queue.DeadLetter
-			Payload string `json:"payload"`
-		}{d, string(d.Payload)})
+			Payload       *string `json:"payload,omitempty"`
+			PayloadBase64 string  `json:"payload_base64,omitempty"`
+		}{d, p.Payload, p.PayloadBase64})
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "dlq seq: %d\nid: %s\nsubject: %s\njob seq: %d\nattempts: %d\nfailed at: %s\nerror: %s\n", d.Seq, d.ID, d.Subject, d.JobSeq, d.Attempts, d.FailedAt.Local().Format(time.RFC3339), d.Error)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,10 +49,7 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 		}
 		m.Header[k] = append([]string(nil), v...)
 	}
-	cause = strings.ReplaceAll(cause, "\n", " ")
-	if len(cause) > maxErrorHeader {
-		cause = cause[:maxErrorHeader]
-	}
+	cause = CutUTF8(strings.ReplaceAll(cause, "\n", " "), maxErrorHeader)
 	m.Header.Set(HeaderJobID, job.ID)
 	m.Header.Set(HeaderSubject, job.Subject)
 	m.Header.Set(HeaderSeq, strconv.FormatUint(job.Seq, 10))
@@ -101,6 +99,18 @@ func sameDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64, job
 		return fmt.Errorf("%s took job %s's dead letter for a duplicate of job %s's, at %d (%s was made anew within its dedupe window); the job stays in %s until that window ends", StreamDLQ, job.ID, m.Header.Get(HeaderJobID), seq, StreamJob, StreamJob)
 	}
 	return nil
+}
+
+// CutUTF8 returns s cut to at most n bytes, at a character's start: never
+// inside a UTF-8 character.
+func CutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // DeadLetter is a job in DLQ.

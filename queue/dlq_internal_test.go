@@ -291,3 +291,22 @@ func TestDeadLetterTakenForAnotherJobsIsAnError(t *testing.T) {
 		t.Errorf("DLQ holds %d dead letters, want 1", info.State.Msgs)
 	}
 }
+
+func TestCutUTF8CutsBetweenCharacters(t *testing.T) {
+	for _, tt := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"abc", 5, "abc"},
+		{"abc", 2, "ab"},
+		{"aé", 2, "a"},   // é is 2 bytes: not cut in half
+		{"a✓b", 3, "a"},  // ✓ is 3 bytes
+		{"a✓b", 4, "a✓"}, // right after it
+		{"é", 0, ""},
+	} {
+		if got := CutUTF8(tt.s, tt.n); got != tt.want {
+			t.Errorf("CutUTF8(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
+		}
+	}
+}
