@@ -113,6 +113,7 @@ type inflight struct {
 	pending *data.PendingClaim
 	claim   data.Claim
 	write   *data.PendingWrite
+	start   time.Time // its handler's start
 	took    time.Duration
 	hctx    handlerCtx // the worker's handler context
 	// unclaimed: the job had no record and runs on the pool's lease, with
@@ -239,10 +240,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	var workers sync.WaitGroup
 	for range p.cfg.Workers {
 		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			p.runAll(workCtx)
-		}()
+		go p.worker(workCtx, &workers)
 	}
 	go func() {
 		workers.Wait()
@@ -434,8 +432,40 @@ func (p *Pool) jobLog(job *data.Job) *zerolog.Logger {
 	return &l
 }
 
-// runAll runs claimed jobs until the claimer closes the work channel.
-func (p *Pool) runAll(ctx context.Context) {
+// errGoexit is the failure of an attempt whose handler ended its
+// goroutine with runtime.Goexit, which no recover stops.
+var errGoexit = errors.New("handler called runtime.Goexit (such as t.FailNow in a test): the attempt counts as failed")
+
+// worker runs jobs (see runAll) until the work channel closes. A handler
+// that calls runtime.Goexit ends the worker's goroutine, whatever recovers:
+// the attempt is then failed, as if the handler had returned errGoexit, and
+// another worker takes the goroutine's place, so the pool does not lose
+// workers to it, to lease jobs that nothing runs.
+func (p *Pool) worker(ctx context.Context, workers *sync.WaitGroup) {
+	defer workers.Done()
+	var cur *inflight // the job whose handler runs, if any
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		p.log.Error().Msg("a handler called runtime.Goexit: its attempt failed, and another worker takes its place")
+		if cur != nil && p.finishRun(ctx, cur, errGoexit) {
+			p.giveRoomBack(cur)
+			p.dones <- cur
+		} else if cur != nil {
+			p.release(cur)
+		}
+		workers.Add(1) // before this goroutine's Done
+		go p.worker(ctx, workers)
+	}()
+	p.runAll(ctx, &cur)
+	returned = true
+}
+
+// runAll runs claimed jobs until the claimer closes the work channel;
+// *cur is the job whose handler runs meanwhile.
+func (p *Pool) runAll(ctx context.Context, cur **inflight) {
 	// A worker's handler context lives across jobs: a new one only after a
 	// lost claim cancelled it, so a job costs no context of its own.
 	var h handlerCtx
@@ -455,7 +485,10 @@ func (p *Pool) runAll(ctx context.Context) {
 		if !p.cfg.NoLedger && !it.unclaimed {
 			p.ahead <- struct{}{}
 		}
-		if p.runOne(ctx, it) {
+		*cur = it
+		ok := p.runOne(ctx, it)
+		*cur = nil
+		if ok {
 			p.giveRoomBack(it)
 			p.dones <- it
 			continue
@@ -531,12 +564,18 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	it.mu.Unlock()
 	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
 	p.handling.Add(1)
-	herr := p.run(ctx, it)
+	it.start = start
+	return p.finishRun(ctx, it, p.run(ctx, it))
+}
+
+// finishRun takes a job whose handler returned herr on to its outcome (see
+// runOne).
+func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 	if it.unclaimed {
 		p.lease.finishing(data.Key(it.job.ID))
 	}
 	p.handling.Add(-1)
-	it.took = time.Since(start)
+	it.took = time.Since(it.start)
 	p.cfg.Metrics.jobHandled(it.job.Subject, it.took)
 	if herr == nil && !p.cfg.NoLedger {
 		// Its InProgress goes on until its record is confirmed (see
@@ -909,8 +948,34 @@ func (p *Pool) call(ctx context.Context, job *data.Job) (err error) {
 	// The handler gets a copy of its own, which it may keep after it
 	// returns: the pool lets go of its payload then (see giveRoomBack).
 	own := *job
-	return p.handler.Process(ctx, &own)
+	if err := p.handler.Process(ctx, &own); err != nil {
+		// Its text is read, and it is matched as the pool will match it,
+		// here, where a panic is caught: the Error method of a typed nil
+		// (var e *MyErr; return e) panics, and would take the process
+		// down on the worker's goroutine.
+		_, _ = handlers.IsPermanent(err), errors.Is(err, data.ErrClaimLost)
+		_ = errors.As(err, new(*panicError))
+		return &handlerError{msg: CutUTF8(err.Error(), maxCauseLen), err: err}
+	}
+	return nil
 }
+
+// maxCauseLen bounds the text of a handler's error that the pool keeps, in
+// the job's record (its dead letter's header takes less, maxErrorHeader)
+// and its logs: a record over the server's payload limit would never be
+// stored, and the job's outcome never recorded.
+const maxCauseLen = 4 << 10
+
+// handlerError is a handler's error as the pool keeps it: its text read
+// once (see call), at most maxCauseLen bytes. The error itself, for an
+// Observer, is what it wraps.
+type handlerError struct {
+	msg string
+	err error
+}
+
+func (e *handlerError) Error() string { return e.msg }
+func (e *handlerError) Unwrap() error { return e.err }
 
 type panicError struct {
 	value any

@@ -26,7 +26,7 @@ func TestRoomIsGivenBackWhenTheHandlerSucceeds(t *testing.T) {
 
 	p.work <- it
 	close(p.work)
-	p.runAll(ctx)
+	p.runAll(ctx, new(*inflight))
 	if len(p.dones) != 1 {
 		t.Fatalf("R not handed to the acker: %d waiting", len(p.dones))
 	}

@@ -1,0 +1,108 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/queue"
+)
+
+// A handler's error text is kept to 4 KiB: whole, one over the server's
+// payload limit (a Go handler that wraps a large upstream response in its
+// error, say) made every outcome write fail, so the job was dead-lettered
+// but never recorded failed.
+func TestHugeHandlerErrorStillRecordsTheOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("upstream said: " + strings.Repeat("é", 1<<20)))
+	}))
+	b.enqueue(t, "job.big", "big-1", "x")
+	rec := b.waitState(t, "big-1", data.StateFailed)
+	if n := len(rec.LastError); n == 0 || n > 4<<10 || !utf8.ValidString(rec.LastError) || !strings.HasPrefix(rec.LastError, "upstream said: éé") {
+		t.Errorf("last error: %d bytes, valid UTF-8 %v, starts %q; want its first 4 KiB at most, cut between characters", n, utf8.ValidString(rec.LastError), rec.LastError[:min(len(rec.LastError), 20)])
+	}
+	if n := b.status(t).DLQ.Messages; n != 1 {
+		t.Errorf("DLQ holds %d dead letters, want 1", n)
+	}
+}
+
+// A handler that ends its goroutine with runtime.Goexit (t.FailNow or
+// t.SkipNow called from a handler) escapes every recover. Its worker was
+// gone for good: with the last one gone, the pool still fetched and leased
+// jobs but ran none, and they were dead-lettered as deliveries exhausted
+// without ever running. Now the attempt fails, is retried, and another
+// worker takes the place of the one that exited.
+func TestHandlerGoexitDoesNotKillTheWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 1})
+	var ran atomic.Int32
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		if job.ID == "goexit-1" {
+			runtime.Goexit()
+		}
+		ran.Add(1)
+		return nil
+	}))
+	b.enqueue(t, "job.x", "goexit-1", "x")
+	b.enqueue(t, "job.x", "next-1", "x")
+	deadline := time.Now().Add(10 * time.Second)
+	for ran.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ran.Load() == 0 {
+		t.Fatalf("job next-1 never ran in 10s: the pool's only worker died with the handler that called runtime.Goexit")
+	}
+	if rec := b.waitState(t, "goexit-1", data.StateRetrying); !strings.Contains(rec.LastError, "runtime.Goexit") {
+		t.Errorf("goexit-1: last error %q, want it to say the handler called runtime.Goexit", rec.LastError)
+	}
+}
+
+// nilPtrErr is the classic typed-nil error: a handler returns a nil
+// *nilPtrErr as an error, which is != nil, and its Error method
+// dereferences the nil receiver.
+type nilPtrErr struct{ msg string }
+
+func (e *nilPtrErr) Error() string { return e.msg }
+
+// A handler's error whose Error method panics (a typed nil, the commonest
+// of Go slips) is a handler panic, retried as any: it panicked in
+// Pool.fail, on the worker's goroutine, outside call's recover, and took
+// the process down with every job in flight, and then every process the
+// job was delivered to. The scenario runs in a child process, which the
+// panic would kill.
+func TestHandlerErrorWhoseErrorMethodPanicsDoesNotCrashThePool(t *testing.T) {
+	if os.Getenv("JOBQ_TEST_CHILD") == "1" {
+		b := setup(t, queue.Config{})
+		b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+			var e *nilPtrErr
+			return e
+		}))
+		b.enqueue(t, "job.x", "nilerr-1", "x")
+		if rec := b.waitState(t, "nilerr-1", data.StateRetrying); !strings.Contains(rec.LastError, "handler panic") {
+			t.Errorf("last error %q: want the panic of its Error method", rec.LastError)
+		}
+		return
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHandlerErrorWhoseErrorMethodPanicsDoesNotCrashThePool$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "JOBQ_TEST_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		first := string(out)
+		if i := strings.Index(first, "panic:"); i >= 0 {
+			first = first[i:min(len(first), i+600)]
+		}
+		t.Fatalf("the pool's process died (%v) on a handler error whose Error method panics:\n%s", err, first)
+	}
+}
