@@ -61,3 +61,70 @@ func TestCLIKilledJobqTakesItsCommandAlong(t *testing.T) {
 	}
 	s.Kill(t)
 }
+
+// A jobq killed (SIGKILL, a crash) takes its commands along, what they
+// started too, in the foreground or the background: the job's next attempt
+// never runs beside them. The kernel's parent-death signal (Linux) reached
+// only sh, so a command of more than one step ran on; now a watchdog in the
+// command's process group kills the group once jobq's end of its pipe
+// closes.
+func TestCLIKilledJobqTakesWhatItsCommandStartedAlong(t *testing.T) {
+	t.Parallel()
+	work := t.TempDir()
+	runs := filepath.Join(work, "runs")
+	handler := "job.>=exec:echo $$ >> " + shq(runs) + "; sleep 300 & sleep 300; true"
+	s := startServe(t, serveOpts{args: []string{"--handler", handler}})
+	s.enqueue(t, "job.long", "x", "long-1")
+	var pgid int
+	checkFor(t, waitTimeout, pollInterval, func() error {
+		l := lines(t, runs)
+		if len(l) != 1 {
+			return fmt.Errorf("%d runs, want 1", len(l))
+		}
+		pgid, _ = strconv.Atoi(strings.TrimSpace(l[0]))
+		return nil
+	})
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	checkFor(t, waitTimeout, pollInterval, func() error { // both sleeps started
+		if n := len(liveInGroup(t, pgid)); n < 3 {
+			return fmt.Errorf("%d processes in the command's group, want sh and two sleeps at least", n)
+		}
+		return nil
+	})
+	s.Kill(t)
+	checkFor(t, waitTimeout, pollInterval, func() error {
+		if live := liveInGroup(t, pgid); len(live) > 0 {
+			return fmt.Errorf("after jobq was SIGKILLed, its command's process group %d still runs: %q", pgid, live)
+		}
+		return nil
+	})
+}
+
+// liveInGroup lists the processes of group pgid that are not zombies (a
+// zombie is dead, waiting for whoever adopted it to reap it), from /proc.
+func liveInGroup(t *testing.T, pgid int) []string {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []string
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces, not ')'.
+		stat := string(b)
+		i := strings.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(stat[i+1:])
+		if len(f) < 3 || f[0] == "Z" || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		live = append(live, stat[:i+1])
+	}
+	return live
+}

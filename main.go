@@ -676,12 +676,9 @@ func routes(c *cli.Context, log zerolog.Logger) (*handlers.Router, error) {
 	}
 	if c.Bool("demo") {
 		// The demo logs every job no --handler routes, including the ones
-		// you enqueue yourself.
-		if _, _, ok := r.Match("job.payroll"); !ok {
-			if err := r.Handle(queue.SubjectJobs, handlers.Log(log.With().Str("component", "handler").Logger())); err != nil {
-				return nil, err
-			}
-		}
+		// you enqueue yourself; a route of ">" would take jobs from routes
+		// such as "*.email", which are less specific.
+		r.SetFallback(handlers.Log(log.With().Str("component", "handler").Logger()))
 	}
 	return r, nil
 }
@@ -791,7 +788,7 @@ func serve(c *cli.Context) (err error) {
 	reg.MustRegister(queue.NewStatusCollector(obj, 0))
 
 	var pool *queue.Pool
-	if router.Len() > 0 {
+	if router.Len() > 0 || c.Bool("demo") { // the demo logs every job
 		// The workers get a connection of their own, so that their fetches,
 		// ledger writes and acks do not queue behind published jobs.
 		wnc, err := dial()
@@ -811,7 +808,7 @@ func serve(c *cli.Context) (err error) {
 		if err := pool.Start(context.WithoutCancel(ctx)); err != nil {
 			return interrupted(err)
 		}
-		log.Info().Strs("handlers", router.Patterns()).Msg("handlers registered")
+		log.Info().Strs("handlers", router.Patterns()).Bool("demo_logs_the_rest", c.Bool("demo")).Msg("handlers registered")
 	} else {
 		log.Info().Msg("no --handler given: serving as a broker; external workers fetch from WORKER")
 	}

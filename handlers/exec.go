@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
@@ -83,7 +84,13 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 		return fmt.Errorf("run command: %w", err)
 	}
 
-	cmd := exec.CommandContext(ctx, "sh", "-c", h.command)
+	cmd := exec.CommandContext(ctx, "sh")
+	args, release, err := commandArgs(cmd, h.command)
+	if err != nil {
+		return err
+	}
+	defer release()
+	cmd.Args = append(cmd.Args, args...)
 	cmd.Dir = h.opts.Dir
 	cmd.Env = h.env(job)
 	cmd.Stdin = bytes.NewReader(job.Payload)
@@ -111,7 +118,7 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
 	canceled := g.done(ctx)
 
 	if err == nil {
@@ -149,12 +156,23 @@ func (h *execHandler) env(job *data.Job) []string {
 	env = slices.Grow(env, len(h.opts.Env)+5)
 	env = append(env, h.opts.Env...)
 	return append(env,
-		"JOBQ_JOB_ID="+job.ID,
-		"JOBQ_SUBJECT="+job.Subject,
+		"JOBQ_JOB_ID="+envSafe(job.ID),
+		"JOBQ_SUBJECT="+envSafe(job.Subject),
 		"JOBQ_ATTEMPT="+strconv.Itoa(job.Attempt),
 		"JOBQ_SEQ="+strconv.FormatUint(job.Seq, 10),
 		"JOBQ_RESUMED="+resumed,
 	)
+}
+
+// envSafe returns v as an environment variable can hold it: percent-encoded
+// (as the http handler's headers) if it holds a NUL, which another NATS
+// client may put in a job's ID or subject. The command could never start
+// with it, and the job would be retried to no end.
+func envSafe(v string) string {
+	if strings.IndexByte(v, 0) < 0 {
+		return v
+	}
+	return url.PathEscape(v)
 }
 
 // tailBuffer keeps the last limit bytes written to it.

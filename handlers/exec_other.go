@@ -21,3 +21,8 @@ func (*groupKiller) done(ctx context.Context) bool { return ctx.Err() != nil }
 
 // exitCode returns the exit status in ps.
 func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
+
+// commandArgs returns the arguments of sh that run command.
+func commandArgs(_ *exec.Cmd, command string) ([]string, func(), error) {
+	return []string{"-c", command}, func() {}, nil
+}

@@ -5,6 +5,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"sync"
@@ -74,6 +75,38 @@ func (g *groupKiller) signal(sig syscall.Signal) error {
 		return os.ErrProcessDone
 	}
 	return err
+}
+
+// watchdogScript runs the command ($1) after it starts a watchdog in the
+// command's process group: a subshell that waits on fd 3, a pipe whose
+// other end jobq holds, and kills the whole group unless jobq says "ok"
+// there first. jobq says so once the command exited; if jobq dies first,
+// even by SIGKILL, the kernel closes its end, and the group goes with it:
+// the command, and what it started, in the foreground or the background,
+// never runs on beside the job's next attempt. The command itself runs as
+// before: in the shell, by eval, with stdin, $0 and no arguments.
+const watchdogScript = `( read -r ok <&3; [ "$ok" = ok ] || kill -KILL 0 ) </dev/null >/dev/null 2>&1 &
+exec 3<&-
+cmd=$1
+shift
+eval "$cmd"`
+
+// commandArgs returns the arguments of sh that run command under the
+// watchdog (see watchdogScript), and sets up its pipe on cmd. Call release
+// with the pipe once Wait returned.
+func commandArgs(cmd *exec.Cmd, command string) (args []string, release func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start command: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{r} // fd 3
+	return []string{"-c", watchdogScript, "sh", command}, func() {
+		r.Close()
+		// The command exited: the watchdog goes without a kill. Nobody
+		// may read any more (the group was killed): the write fails.
+		_, _ = w.Write([]byte("ok\n"))
+		w.Close()
+	}, nil
 }
 
 // exitCode returns the exit status in ps, or 128 plus the signal number when

@@ -42,10 +42,11 @@ type Middleware func(Handler) Handler
 //
 // A Router is safe for concurrent use; the zero value is an empty Router.
 type Router struct {
-	mu     sync.RWMutex
-	root   node
-	routes map[string]Handler // by pattern
-	mws    []Middleware
+	mu       sync.RWMutex
+	root     node
+	routes   map[string]Handler // by pattern
+	fallback Handler            // for subjects no pattern matches, if set
+	mws      []Middleware
 }
 
 // NewRouter returns an empty Router.
@@ -96,34 +97,51 @@ func (r *Router) Use(mw ...Middleware) {
 	}
 }
 
+// SetFallback sets the handler for jobs whose subject no pattern matches,
+// which Process fails otherwise (ErrNoRoute); nil removes it. Unlike a
+// route for ">", it never takes a job from a registered pattern, however
+// little specific.
+func (r *Router) SetFallback(h Handler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fallback = h
+}
+
 // Match returns the handler registered under the most specific pattern that
-// matches subject, without middleware, and that pattern. ok is false when no
-// pattern matches or subject is empty or has an empty token.
+// matches subject, without middleware, and that pattern; or the fallback,
+// with pattern "", if none matches. ok is false when neither does, or
+// subject is empty or has an empty token.
 func (r *Router) Match(subject string) (h Handler, pattern string, ok bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e := r.match(subject)
 	if e == nil {
-		return nil, "", false
+		return r.fallback, "", r.fallback != nil && subject != ""
 	}
 	return e.h, e.pattern, true
 }
 
 // Process runs job with the handler that Match picks for job.Subject, wrapped
-// in the router's middleware. When nothing matches it returns a Permanent
-// error wrapping ErrNoRoute that names the subject.
+// in the router's middleware. When nothing matches, and there is no
+// fallback, it returns a Permanent error wrapping ErrNoRoute that names the
+// subject.
 func (r *Router) Process(ctx context.Context, job *data.Job) error {
 	if job == nil {
 		return Permanent(errors.New("process: nil job"))
 	}
 	r.mu.RLock()
-	e := r.match(job.Subject)
+	e, fallback := r.match(job.Subject), r.fallback
 	mws := r.mws
 	r.mu.RUnlock()
-	if e == nil {
+	var h Handler
+	switch {
+	case e != nil:
+		h = e.h
+	case fallback != nil:
+		h = fallback
+	default:
 		return Permanent(fmt.Errorf("%w %q", ErrNoRoute, job.Subject))
 	}
-	h := e.h
 	for i := len(mws) - 1; i >= 0; i-- {
 		h = mws[i](h)
 	}

@@ -425,3 +425,39 @@ func BenchmarkRouterMatch(b *testing.B) {
 		})
 	}
 }
+
+// A fallback takes the jobs no pattern matches, and none that one does,
+// however little specific; its jobs get the router's middleware too.
+func TestRouterFallback(t *testing.T) {
+	t.Parallel()
+	var got []string
+	take := func(name string) handlers.Handler {
+		return handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+			got = append(got, name+":"+job.Subject)
+			return nil
+		})
+	}
+	r := handlers.NewRouter()
+	if err := r.Handle("*.x", take("route")); err != nil {
+		t.Fatal(err)
+	}
+	r.SetFallback(take("fallback"))
+	r.Use(func(next handlers.Handler) handlers.Handler {
+		return handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+			got = append(got, "mw")
+			return next.Process(ctx, job)
+		})
+	})
+	for _, s := range []string{"job.x", "job.y"} {
+		if err := r.Process(context.Background(), &data.Job{Subject: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"mw", "route:job.x", "mw", "fallback:job.y"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	r.SetFallback(nil)
+	if err := r.Process(context.Background(), &data.Job{Subject: "job.y"}); !errors.Is(err, handlers.ErrNoRoute) || !handlers.IsPermanent(err) {
+		t.Errorf("without the fallback: got %v, want a permanent ErrNoRoute", err)
+	}
+}

@@ -70,7 +70,7 @@ func HTTP(rawURL string, client *http.Client) Handler {
 	if err != nil {
 		return &httpHandler{client: client, err: err}
 	}
-	return &httpHandler{url: rawURL, safeURL: redactURL(u), client: client}
+	return &httpHandler{url: rawURL, safeURL: redactURL(rawURL, u), client: client}
 }
 
 type httpHandler struct {
@@ -167,17 +167,27 @@ func parseHookURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("invalid URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("URL %s has scheme %q, not http or https", redactURL(u), u.Scheme)
+		return nil, fmt.Errorf("URL %s has scheme %q, not http or https", redactURL(raw, u), u.Scheme)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("URL %s has no host", redactURL(u))
+		return nil, fmt.Errorf("URL %s has no host", redactURL(raw, u))
+	}
+	// Refused here, at start-up, rather than by each job's dial, retried
+	// until the job's deliveries run out.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("URL %s has port %s: want 1 to 65535", redactURL(raw, u), p)
+		}
 	}
 	return u, nil
 }
 
-// redactURL returns u without user info, query and fragment, where secrets
-// tend to live.
-func redactURL(u *url.URL) string {
+// redactURL returns the URL raw, which parsed as u, without user info,
+// query and fragment, where secrets tend to live; as typed if it has none.
+func redactURL(raw string, u *url.URL) string {
+	if u.User == nil && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" {
+		return raw
+	}
 	c := *u
 	c.User = nil
 	c.RawQuery = ""
@@ -200,7 +210,7 @@ func RedactRoute(route string) string {
 		return route
 	}
 	if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
-		return pattern + "=" + kind + ":" + redactURL(u)
+		return pattern + "=" + kind + ":" + redactURL(strings.TrimSpace(raw), u)
 	}
 	if i := strings.IndexAny(raw, "?#"); i >= 0 {
 		raw = raw[:i]
