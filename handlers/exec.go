@@ -84,13 +84,7 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 		return fmt.Errorf("run command: %w", err)
 	}
 
-	cmd := exec.CommandContext(ctx, "sh")
-	args, release, err := commandArgs(cmd, h.command)
-	if err != nil {
-		return err
-	}
-	defer release()
-	cmd.Args = append(cmd.Args, args...)
+	cmd := exec.CommandContext(ctx, "sh", "-c", h.command)
 	cmd.Dir = h.opts.Dir
 	cmd.Env = h.env(job)
 	cmd.Stdin = bytes.NewReader(job.Payload)
@@ -118,7 +112,14 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
+	stopWatch, err := watchGroup(cmd.Process.Pid)
+	if err != nil {
+		killGroup(cmd.Process)
+		_ = cmd.Wait()
+		return err
+	}
 	err = cmd.Wait()
+	stopWatch()
 	canceled := g.done(ctx)
 
 	if err == nil {

@@ -22,7 +22,8 @@ func (*groupKiller) done(ctx context.Context) bool { return ctx.Err() != nil }
 // exitCode returns the exit status in ps.
 func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
 
-// commandArgs returns the arguments of sh that run command.
-func commandArgs(_ *exec.Cmd, command string) ([]string, func(), error) {
-	return []string{"-c", command}, func() {}, nil
-}
+// watchGroup does nothing here: there are no process groups to watch.
+func watchGroup(int) (func(), error) { return func() {}, nil }
+
+// killGroup kills p: there are no process groups here.
+func killGroup(p *os.Process) { _ = p.Kill() }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -77,35 +78,35 @@ func (g *groupKiller) signal(sig syscall.Signal) error {
 	return err
 }
 
-// watchdogScript runs the command ($1) after it starts a watchdog in the
-// command's process group: a subshell that waits on fd 3, a pipe whose
-// other end jobq holds, and kills the whole group unless jobq says "ok"
-// there first. jobq says so once the command exited; if jobq dies first,
-// even by SIGKILL, the kernel closes its end, and the group goes with it:
-// the command, and what it started, in the foreground or the background,
-// never runs on beside the job's next attempt. The command itself runs as
-// before: in the shell, by eval, with stdin, $0 and no arguments.
-const watchdogScript = `( read -r ok <&3; [ "$ok" = ok ] || kill -KILL 0 ) </dev/null >/dev/null 2>&1 &
-exec 3<&-
-cmd=$1
-shift
-eval "$cmd"`
+// killGroup kills the process group that p leads.
+func killGroup(p *os.Process) { _ = syscall.Kill(-p.Pid, syscall.SIGKILL) }
 
-// commandArgs returns the arguments of sh that run command under the
-// watchdog (see watchdogScript), and sets up its pipe on cmd. Call release
-// with the pipe once Wait returned.
-func commandArgs(cmd *exec.Cmd, command string) (args []string, release func(), err error) {
+// watchGroup starts a watchdog for the process group pgid, that of a
+// command just started: a sh of jobq's own, in a group of its own, which
+// waits on a pipe whose other end jobq holds, and kills the command's group
+// unless jobq says "ok" there first. jobq says so once the command exited
+// (stop); if jobq dies first, even by SIGKILL, the kernel closes its end,
+// and the group goes with it: the command, and what it started, in the
+// foreground or the background, never runs on beside the job's next
+// attempt. The watchdog is jobq's child, which stop reaps: orphaned, it
+// would be a zombie under a jobq that is a container's PID 1.
+func watchGroup(pgid int) (stop func(), err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, nil, fmt.Errorf("start command: %w", err)
+		return nil, fmt.Errorf("start the command's watchdog: %w", err)
 	}
-	cmd.ExtraFiles = []*os.File{r} // fd 3
-	return []string{"-c", watchdogScript, "sh", command}, func() {
-		r.Close()
-		// The command exited: the watchdog goes without a kill. Nobody
-		// may read any more (the group was killed): the write fails.
+	defer r.Close()
+	wd := exec.Command("sh", "-c", `read -r ok; [ "$ok" = ok ] || kill -KILL "-$1"`, "sh", strconv.Itoa(pgid))
+	wd.Stdin = r
+	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := wd.Start(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("start the command's watchdog: %w", err)
+	}
+	return func() {
 		_, _ = w.Write([]byte("ok\n"))
 		w.Close()
+		_ = wd.Wait()
 	}, nil
 }
 
