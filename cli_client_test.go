@@ -155,8 +155,9 @@ func TestDLQListHonoursTimeout(t *testing.T) {
 }
 
 // A first attempt runs on its pool's lease and has no record until it
-// ends: jobq job says it is running, on which worker, rather than that it
-// has no record because it has "run for less than a third of --ack-wait".
+// ends: jobq job shows it leased (running, or waiting for a worker), on
+// which worker, rather than that it has no record because it has "run for
+// less than a third of --ack-wait".
 func TestJobOfAJobRunningOnItsPoolsLease(t *testing.T) {
 	t.Parallel()
 	started := filepath.Join(t.TempDir(), "started")
@@ -170,12 +171,12 @@ func TestJobOfAJobRunningOnItsPoolsLease(t *testing.T) {
 		return err
 	})
 	time.Sleep(4 * time.Second) // past the whole ack wait
-	rec := s.waitState(t, "slow-1", "running")
+	rec := s.waitState(t, "slow-1", "leased")
 	if rec.Worker == "" || rec.LeaseUntil.IsZero() {
 		t.Errorf("jobq job of a running job: %+v; want its worker and until when it is held", rec)
 	}
 	r := s.jobq(t, "job", "slow-1")
-	if r.code != 0 || !strings.Contains(r.stdout, "state:") || !strings.Contains(r.stdout, "running") || !strings.Contains(r.stdout, "its record is written when it ends") {
+	if r.code != 0 || !strings.Contains(r.stdout, "leased") || !strings.Contains(r.stdout, "its record is written when it ends") {
 		t.Errorf("jobq job of a running job: got %s", r)
 	}
 }
@@ -272,4 +273,88 @@ func TestEnqueueMissingFileIsBadUsage(t *testing.T) {
 	wantOneLineError(t, r, 2, "--file", "payload.json", "no such file")
 	r = jobq(t, "import", missing, "--server", "nats://"+freeAddr(t))
 	wantOneLineError(t, r, 2, "import", "payload.json", "no such file")
+}
+
+// On a bucket without direct gets no pool leases jobs, and the leases
+// cannot be read: jobq job of a job with no record says so, as before it
+// read the leases, rather than fail on the read.
+func TestJobOfAPendingJobOnABucketWithoutDirectGets(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	js := s.jetStream(t)
+	ctx := context.Background()
+	st, err := js.Stream(ctx, "KV_"+queue.BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("turn direct gets off: %v", err)
+	}
+	s.enqueue(t, "job.pending", "x", "pending-1") // no workers: it stays pending
+	r := s.jobq(t, "job", "pending-1")
+	wantOneLineError(t, r, 1, `no ledger record for job "pending-1"`)
+}
+
+// A job a pool fetched into its lease, waiting for a worker, is shown as
+// leased, not as running: the lease does not tell which it is.
+func TestJobWaitingInThePoolIsLeasedNotRunning(t *testing.T) {
+	t.Parallel()
+	started := filepath.Join(t.TempDir(), "started")
+	s := startServe(t, serveOpts{args: []string{
+		"--workers", "1", "--shutdown-timeout", "1s",
+		"--handler", "job.slow=exec:echo \"$JOBQ_JOB_ID\" >> " + shq(started) + "; exec sleep 30",
+	}})
+	s.enqueue(t, "job.slow", "x", "first")
+	checkFor(t, waitTimeout, pollInterval, func() error {
+		_, err := os.Stat(started)
+		return err
+	})
+	s.enqueue(t, "job.slow", "x", "second")
+	time.Sleep(2 * time.Second) // fetched and leased, waiting for the one worker
+	if got := lines(t, started); len(got) != 1 {
+		t.Fatalf("handlers started: %q, want only the first", got)
+	}
+	r := s.jobq(t, "job", "second")
+	if r.code != 0 || strings.Contains(r.stdout, "running") || !strings.Contains(r.stdout, "leased") {
+		t.Errorf("jobq job of a job whose handler never started:\n%s", r)
+	}
+}
+
+// Ctrl-C ends a jobq next that is still connecting at once: it holds no
+// job yet. Caught before, it waited out --timeout.
+func TestNextInterruptedWhileConnecting(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accepts, and never says INFO
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	cmd := exec.Command(jobqBin, "next", "--timeout", "30s", "--server", "nats://"+ln.Addr().String())
+	cmd.Env = subprocessEnv()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	sent := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Errorf("jobq next still running %s after Ctrl-C (waiting to connect, --timeout 30s)", time.Since(sent).Round(time.Second))
+	}
 }

@@ -1472,13 +1472,19 @@ func next(c *cli.Context) error {
 	// error does, rather than kill jobq while it holds the job: the attempt
 	// then counts as failed, and the job is not left on a dead lease.
 	signal.Ignore(syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
+	// From here on a signal ends next in order: a job taken and not
+	// shown is handed back. A second signal ends jobq at once.
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	var printErr error // the job could not be printed: it is not done
 	var shown string
 	show := func(job *data.Job) error {
@@ -1494,7 +1500,7 @@ func next(c *cli.Context) error {
 		}), c.Duration("wait"), zerolog.Nop())
 	}
 	if (!got || err != nil) && ctx.Err() != nil && c.Context.Err() == nil {
-		return errors.New("next stopped by a signal; a job it had taken and not shown is handed back")
+		return errors.New("next stopped by a signal; a job it had taken, if any, is handed back unshown")
 	}
 	if err != nil {
 		return err
@@ -1745,7 +1751,7 @@ func job(c *cli.Context) error {
 	if rec.Attempts > 0 {
 		row("attempts", strconv.Itoa(rec.Attempts))
 	} else {
-		row("record", "none yet: it runs on its pool's lease, and its record is written when it ends")
+		row("record", "none yet: it runs on its pool's lease, or waits there for a worker; its record is written when it ends")
 	}
 	row("worker", rec.Worker)
 	if rec.Resumed {
@@ -1757,26 +1763,32 @@ func job(c *cli.Context) error {
 	if rec.Took > 0 {
 		row("took", rec.Took.String())
 	}
-	if rec.State == data.StateRunning {
+	if rec.State == data.StateRunning || rec.State == stateLeased {
 		row("lease until", ts(rec.LeaseUntil))
 	}
 	row("last error", rec.LastError)
 	return tw.Flush()
 }
 
+// stateLeased is the state jobq job shows for a job that a pool's lease
+// holds: running, or fetched and waiting there for a worker; the lease does
+// not tell which.
+const stateLeased data.State = "leased"
+
 // runningOnALease returns, for a job with no record, what a live pool lease
-// that holds it running tells: its worker, its stream sequence and until
-// when the lease holds it. data.ErrNotFound if none does.
+// that holds it tells: its worker, its stream sequence and until when the
+// lease holds it. data.ErrNotFound if none does, or if the leases cannot be
+// read, as on a bucket without direct gets, where no pool leases jobs.
 func runningOnALease(ctx context.Context, ledger *data.Ledger, id string) (data.Record, error) {
 	snap, err := ledger.Check(ctx, []*data.Job{{ID: id}}, "")
 	if err != nil {
-		return data.Record{}, fmt.Errorf("read the pools' leases: %w", err)
+		return data.Record{}, data.ErrNotFound
 	}
 	ls, job, ok := snap.Leased(data.Key(id))
 	if !ok || !snap.Holds(data.Key(id), time.Now()) {
 		return data.Record{}, data.ErrNotFound
 	}
-	return data.Record{ID: id, State: data.StateRunning, Seq: job.Seq, Worker: ls.Worker, LeaseUntil: ls.Until}, nil
+	return data.Record{ID: id, State: stateLeased, Seq: job.Seq, Worker: ls.Worker, LeaseUntil: ls.Until}, nil
 }
 
 func dlqCommand() *cli.Command {

@@ -24,9 +24,8 @@ const maxErrorHeader = 1024
 const maxHeaderBytes = math.MaxUint16
 
 // deadLetter copies a job to DLQ with why it failed, and waits for the
-// stream to confirm. Only then may the caller remove it from JOB. The copy's
-// Nats-Msg-Id is derived from the job's JOB sequence, so moving the same job
-// twice stores it once.
+// stream to confirm. Only then may the caller remove it from JOB. Moving
+// the same job twice stores it once (see deadLetterID).
 func (p *Pool) deadLetter(ctx context.Context, msg jetstream.Msg, job *data.Job, cause error) error {
 	return deadLetter(ctx, p.obj.JS, job, msg.Headers(), cause.Error())
 }
@@ -56,7 +55,7 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	m.Header.Set(HeaderAttempts, strconv.Itoa(job.Attempt))
 	m.Header.Set(HeaderError, cause)
 	m.Header.Set(HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	m.Header.Set(nats.MsgIdHdr, "dlq-"+strconv.FormatUint(job.Seq, 10))
+	m.Header.Set(nats.MsgIdHdr, deadLetterID(job))
 	if hl := headerLen(m.Header); hl > maxHeaderBytes || int64(len(m.Data)+hl) > js.Conn().MaxPayload() {
 		// The job's own headers with jobq's take more than the server
 		// carries: its dead letter would be refused every time, and the
@@ -75,30 +74,16 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	if ack.Stream != StreamDLQ {
 		return fmt.Errorf("publish to %s: stored in stream %s; another stream captures %s", StreamDLQ, ack.Stream, m.Subject)
 	}
-	if ack.Duplicate {
-		return sameDeadLetter(ctx, js, ack.Sequence, job)
-	}
 	return nil
 }
 
-// sameDeadLetter checks that the dead letter DLQ took a new one for a
-// duplicate of, at seq, is job's: stored by an earlier try whose answer was
-// lost. Another job's, with the same JOB sequence (JOB made anew within
-// DLQ's dedupe window), would leave job in neither stream: it is an error,
-// and job stays in JOB.
-func sameDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64, job *data.Job) error {
-	s, err := js.Stream(ctx, StreamDLQ)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", StreamDLQ, err)
-	}
-	m, err := s.GetMsg(ctx, seq)
-	if err != nil {
-		return fmt.Errorf("read the dead letter %s took job %s's for, at %d: %w; the job stays in %s", StreamDLQ, job.ID, seq, err, StreamJob)
-	}
-	if m.Header.Get(HeaderJobID) != job.ID || m.Header.Get(HeaderSeq) != strconv.FormatUint(job.Seq, 10) {
-		return fmt.Errorf("%s took job %s's dead letter for a duplicate of job %s's, at %d (%s was made anew within its dedupe window); the job stays in %s until that window ends", StreamDLQ, job.ID, m.Header.Get(HeaderJobID), seq, StreamJob, StreamJob)
-	}
-	return nil
+// deadLetterID is the Nats-Msg-Id of job's dead letter: its JOB sequence,
+// so that moving the same job twice (the answer to the first lost) stores
+// it once, and when it was stored, so that a job of a JOB made anew, whose
+// sequences start over, is never taken for a duplicate of another's within
+// DLQ's dedupe window, to be removed from JOB with no dead letter.
+func deadLetterID(job *data.Job) string {
+	return "dlq-" + strconv.FormatUint(job.Seq, 10) + "-" + strconv.FormatInt(job.EnqueuedAt.UnixMilli(), 10)
 }
 
 // CutUTF8 returns s cut to at most n bytes, at a character's start: never

@@ -266,29 +266,40 @@ func TestProducerKeepsRoomForTheDeadLetter(t *testing.T) {
 	}
 }
 
-// DLQ dedupes dead letters by their job's JOB sequence. Another job's dead
-// letter under the same sequence (JOB made anew within DLQ's dedupe window)
-// is no proof that this job's is stored: moving it is an error, and the job
-// stays in JOB. The job's own, stored by an earlier try, is.
-func TestDeadLetterTakenForAnotherJobsIsAnError(t *testing.T) {
+// DLQ dedupes a job's dead letters by its JOB sequence and when it was
+// stored: the same job moved twice (the answer to the first lost) is stored
+// once, also if its first dead letter was re-driven meanwhile; a job of a
+// JOB made anew, at the same sequence, gets a dead letter of its own. Keyed
+// by the sequence alone, it was taken for a duplicate of the other's, and
+// removed from JOB with no dead letter.
+func TestDeadLetterIsDedupedForItsOwnJobAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{})
-	job := &data.Job{ID: "mine", Subject: "job.x", Seq: 5, Attempt: 3, Payload: []byte("p")}
+	at := time.Now()
+	job := &data.Job{ID: "mine", Subject: "job.x", Seq: 5, Attempt: 3, Payload: []byte("p"), EnqueuedAt: at}
 	other := *job
-	other.ID = "other"
-	if err := deadLetter(ctx, obj.JS, &other, nil, "failed"); err != nil {
+	other.ID, other.EnqueuedAt = "other", at.Add(-time.Hour) // before JOB was made anew
+	for _, j := range []*data.Job{&other, job, job} {
+		if err := deadLetter(ctx, obj.JS, j, nil, "failed"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, _ := obj.Dead.Info(ctx); info.State.Msgs != 2 {
+		t.Fatalf("DLQ holds %d dead letters, want 2: the other job's and this one's, once", info.State.Msgs)
+	}
+	d, err := DeadLetterOf(ctx, obj, "mine")
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := deadLetter(ctx, obj.JS, job, nil, "failed")
-	if err == nil || !strings.Contains(err.Error(), `took job mine's dead letter for a duplicate of job other's`) {
-		t.Fatalf("dead letter of another job under the same sequence: got %v, want an error", err)
+	if _, err := RetryDeadLetter(ctx, obj, d); err != nil {
+		t.Fatal(err)
 	}
-	if err := deadLetter(ctx, obj.JS, &other, nil, "failed"); err != nil {
-		t.Errorf("the same job's dead letter again: %v", err)
+	if err := deadLetter(ctx, obj.JS, job, nil, "failed"); err != nil {
+		t.Errorf("the job's own dead letter again, re-driven meanwhile: %v", err)
 	}
 	if info, _ := obj.Dead.Info(ctx); info.State.Msgs != 1 {
-		t.Errorf("DLQ holds %d dead letters, want 1", info.State.Msgs)
+		t.Errorf("DLQ holds %d dead letters, want the other job's alone", info.State.Msgs)
 	}
 }
 
@@ -308,5 +319,38 @@ func TestCutUTF8CutsBetweenCharacters(t *testing.T) {
 		if got := CutUTF8(tt.s, tt.n); got != tt.want {
 			t.Errorf("CutUTF8(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
 		}
+	}
+}
+
+// A worker and the sweep, which may both move a job to DLQ (the worker's
+// answer lost), give its dead letter the same ID: the first's delivery
+// metadata and the second's stored message tell the same time.
+func TestDeadLetterIDIsTheSameForAWorkerAndTheSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := obj.Worker.Fetch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delivered *data.Job
+	for m := range batch.Messages() {
+		if delivered, err = decodeJob(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if delivered == nil {
+		t.Fatal("no job delivered")
+	}
+	stored, err := obj.Jobs.GetMsg(ctx, delivered.Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swept := &data.Job{ID: "J", Seq: stored.Sequence, EnqueuedAt: stored.Time}
+	if a, b := deadLetterID(delivered), deadLetterID(swept); a != b {
+		t.Errorf("dead letter IDs: worker %q, sweep %q", a, b)
 	}
 }
