@@ -81,13 +81,16 @@ func TestCLIKilledJobqTakesWhatItsCommandStartedAlong(t *testing.T) {
 		if len(l) != 1 {
 			return fmt.Errorf("%d runs, want 1", len(l))
 		}
-		pgid, _ = strconv.Atoi(strings.TrimSpace(l[0]))
+		pid, _ := strconv.Atoi(strings.TrimSpace(l[0])) // sh's
+		if pgid = groupOf(t, pid); pgid == 0 {
+			return fmt.Errorf("no group for pid %d", pid)
+		}
 		return nil
 	})
 	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
 	checkFor(t, waitTimeout, pollInterval, func() error { // both sleeps started
-		if n := len(liveInGroup(t, pgid)); n < 3 {
-			return fmt.Errorf("%d processes in the command's group, want sh and two sleeps at least", n)
+		if n := len(liveInGroup(t, pgid)); n < 4 {
+			return fmt.Errorf("%d processes in the command's group, want the watchdog, sh and two sleeps", n)
 		}
 		return nil
 	})
@@ -98,6 +101,22 @@ func TestCLIKilledJobqTakesWhatItsCommandStartedAlong(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// groupOf returns the process group of pid, from /proc; 0 if it is gone.
+func groupOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	stat := string(b)
+	f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+	if len(f) < 3 {
+		return 0
+	}
+	pgid, _ := strconv.Atoi(f[2])
+	return pgid
 }
 
 // liveInGroup lists the processes of group pgid that are not zombies (a

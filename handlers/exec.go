@@ -109,17 +109,15 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	// dieWithJobq).
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	stopWatch, err := watchGroup(g)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
-	stopWatch, err := watchGroup(cmd.Process.Pid)
-	if err != nil {
-		killGroup(cmd.Process)
-		_ = cmd.Wait()
-		return err
-	}
 	err = cmd.Wait()
-	stopWatch()
 	canceled := g.done(ctx)
 
 	if err == nil {

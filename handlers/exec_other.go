@@ -23,7 +23,4 @@ func (*groupKiller) done(ctx context.Context) bool { return ctx.Err() != nil }
 func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
 
 // watchGroup does nothing here: there are no process groups to watch.
-func watchGroup(int) (func(), error) { return func() {}, nil }
-
-// killGroup kills p: there are no process groups here.
-func killGroup(p *os.Process) { _ = p.Kill() }
+func watchGroup(*groupKiller) (func(), error) { return func() {}, nil }

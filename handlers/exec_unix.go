@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -16,7 +15,8 @@ import (
 
 // groupKiller signals a command's process group when its context ends.
 type groupKiller struct {
-	cmd *exec.Cmd
+	cmd  *exec.Cmd
+	pgid int // the group's ID, once known: the command's PID, or its watchdog's
 
 	mu       sync.Mutex
 	canceled bool
@@ -71,38 +71,47 @@ func (g *groupKiller) signal(sig syscall.Signal) error {
 	if g.cmd.Process == nil {
 		return os.ErrProcessDone
 	}
-	err := syscall.Kill(-g.cmd.Process.Pid, sig)
+	pgid := g.pgid
+	if pgid == 0 {
+		pgid = g.cmd.Process.Pid
+	}
+	err := syscall.Kill(-pgid, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return os.ErrProcessDone
 	}
 	return err
 }
 
-// killGroup kills the process group that p leads.
-func killGroup(p *os.Process) { _ = syscall.Kill(-p.Pid, syscall.SIGKILL) }
-
-// watchGroup starts a watchdog for the process group pgid, that of a
-// command just started: a sh of jobq's own, in a group of its own, which
-// waits on a pipe whose other end jobq holds, and kills the command's group
-// unless jobq says "ok" there first. jobq says so once the command exited
-// (stop); if jobq dies first, even by SIGKILL, the kernel closes its end,
-// and the group goes with it: the command, and what it started, in the
-// foreground or the background, never runs on beside the job's next
-// attempt. The watchdog is jobq's child, which stop reaps: orphaned, it
-// would be a zombie under a jobq that is a container's PID 1.
-func watchGroup(pgid int) (stop func(), err error) {
+// watchGroup starts a watchdog for g's command, before the command: a sh
+// of jobq's own that leads a new process group, which the command is then
+// started in. It waits on a pipe whose other end jobq holds, and kills the
+// whole group unless jobq says "ok" there first. jobq says so once the
+// command exited (stop); if jobq dies first, even by SIGKILL, the kernel
+// closes its end, and the group goes with it: the command, and what it
+// started, in the foreground or the background, never runs on beside the
+// job's next attempt. As the group's leader, alive until stop reaps it,
+// the watchdog keeps the group's ID from going to another group meanwhile,
+// which a kill would then hit. It ignores the SIGTERM that a cancelled
+// command's group gets; the SIGKILL after it ends it too. It is jobq's
+// child, which stop reaps: orphaned, it would be a zombie under a jobq
+// that is a container's PID 1.
+func watchGroup(g *groupKiller) (stop func(), err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start the command's watchdog: %w", err)
 	}
 	defer r.Close()
-	wd := exec.Command("sh", "-c", `read -r ok; [ "$ok" = ok ] || kill -KILL "-$1"`, "sh", strconv.Itoa(pgid))
+	wd := exec.Command("sh", "-c", `trap '' TERM INT HUP; read -r ok; [ "$ok" = ok ] || kill -KILL 0`)
 	wd.Stdin = r
 	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := wd.Start(); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("start the command's watchdog: %w", err)
 	}
+	g.mu.Lock()
+	g.pgid = wd.Process.Pid
+	g.mu.Unlock()
+	g.cmd.SysProcAttr.Setpgid, g.cmd.SysProcAttr.Pgid = true, wd.Process.Pid
 	return func() {
 		_, _ = w.Write([]byte("ok\n"))
 		w.Close()

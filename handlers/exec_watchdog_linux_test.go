@@ -3,12 +3,17 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
@@ -40,4 +45,60 @@ func TestExecLeavesNoWatchdogBehind(t *testing.T) {
 			t.Errorf("a watchdog is left behind: %s, state %s", stat[:i+1], fields[0])
 		}
 	}
+}
+
+// The command's group keeps its ID while its watchdog may kill it: once
+// the command's sh exited, and while Process waits out output that
+// something outside the group still holds, the ID is not free for another
+// group, which a dying jobq's watchdog would kill. The watchdog leads the
+// group, alive until Process reaps it.
+func TestExecGroupKeepsItsIDWhileWatched(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	shPID, bgPID := filepath.Join(dir, "sh.pid"), filepath.Join(dir, "bg.pid")
+	var out bytes.Buffer
+	// sh writes its PID and its group's ID: "PID PGID".
+	h := handlers.Exec(`read -r pid _ _ _ pgid _ < /proc/$$/stat; echo "$pid $pgid" > "$SH_PID"; setsid sh -c 'echo $$ > "$BG_PID"; exec sleep 30' &`,
+		handlers.ExecOptions{Stdout: &out, Env: []string{"SH_PID=" + shPID, "BG_PID=" + bgPID}})
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(bgPID); err == nil {
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- h.Process(context.Background(), &data.Job{ID: "g", Subject: "job.x"}) }()
+	var sh, pgid int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+		b, err := os.ReadFile(shPID)
+		if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+			sh, _ = strconv.Atoi(f[0])
+			pgid, _ = strconv.Atoi(f[1])
+			break
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", sh)); os.IsNotExist(err) {
+			break // sh exited and was reaped; its output is still held
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command's sh did not exit")
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Process returned (%v) before the held output was waited out", err)
+	default:
+	}
+	if err := syscall.Kill(-pgid, 0); err != nil {
+		t.Errorf("the command's group %d is gone (%v) while its watchdog may still kill it: its ID is free for another group", pgid, err)
+	}
+	<-done
 }

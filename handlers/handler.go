@@ -116,7 +116,11 @@ func (r *Router) Match(subject string) (h Handler, pattern string, ok bool) {
 	defer r.mu.RUnlock()
 	e := r.match(subject)
 	if e == nil {
-		return r.fallback, "", r.fallback != nil && subject != ""
+		ok := r.fallback != nil && routable(subject)
+		if !ok {
+			return nil, "", false
+		}
+		return r.fallback, "", true
 	}
 	return e.h, e.pattern, true
 }
@@ -137,7 +141,7 @@ func (r *Router) Process(ctx context.Context, job *data.Job) error {
 	switch {
 	case e != nil:
 		h = e.h
-	case fallback != nil:
+	case fallback != nil && routable(job.Subject):
 		h = fallback
 	default:
 		return Permanent(fmt.Errorf("%w %q", ErrNoRoute, job.Subject))
@@ -203,11 +207,16 @@ func ValidSubject(subject string) error {
 // match returns the most specific entry for subject, or nil. The caller
 // holds r.mu.
 func (r *Router) match(subject string) *entry {
-	if subject == "" || subject[0] == '.' || subject[len(subject)-1] == '.' ||
-		strings.Contains(subject, "..") {
+	if !routable(subject) {
 		return nil
 	}
 	return r.root.match(subject)
+}
+
+// routable reports whether subject can be routed: not empty, no empty
+// token.
+func routable(subject string) bool {
+	return subject != "" && subject[0] != '.' && subject[len(subject)-1] != '.' && !strings.Contains(subject, "..")
 }
 
 // entry is one registered route.

@@ -461,3 +461,19 @@ func TestRouterFallback(t *testing.T) {
 		t.Errorf("without the fallback: got %v, want a permanent ErrNoRoute", err)
 	}
 }
+
+// A fallback takes no subject that cannot be routed (empty, or with an
+// empty token), in Match as in Process.
+func TestRouterFallbackTakesNoUnroutableSubject(t *testing.T) {
+	t.Parallel()
+	r := handlers.NewRouter()
+	r.SetFallback(handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }))
+	for _, s := range []string{"", "job..x", ".job", "job."} {
+		if h, p, ok := r.Match(s); ok || h != nil {
+			t.Errorf("Match(%q) = %v, %q, %v; want no handler", s, h, p, ok)
+		}
+		if err := r.Process(context.Background(), &data.Job{Subject: s}); !errors.Is(err, handlers.ErrNoRoute) {
+			t.Errorf("Process of %q: got %v, want ErrNoRoute", s, err)
+		}
+	}
+}

@@ -114,6 +114,7 @@ type inflight struct {
 	claim   data.Claim
 	write   *data.PendingWrite
 	start   time.Time // its handler's start
+	handled bool      // its handler returned (see worker)
 	took    time.Duration
 	hctx    handlerCtx // the worker's handler context
 	// unclaimed: the job had no record and runs on the pool's lease, with
@@ -355,7 +356,23 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 			return nil // acked, or handed back
 		}
 	}
-	if !p.runOne(ctx, it) {
+	// A handler that ends this goroutine with runtime.Goexit fails its
+	// attempt still, as in a pool (see worker); the goroutine ends.
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if r := recover(); r != nil {
+			panic(r) // a crash, not a Goexit
+		}
+		if it.ran && !it.handled {
+			p.finishRun(ctx, it, errGoexit)
+		}
+	}()
+	ran := p.runOne(ctx, it)
+	returned = true
+	if !ran {
 		if it.sendErr != nil {
 			return fmt.Errorf("job %s ran, but its done record could not be sent: %w; it is released and will run again, as a resumed attempt", job.ID, it.sendErr)
 		}
@@ -449,11 +466,20 @@ func (p *Pool) worker(ctx context.Context, workers *sync.WaitGroup) {
 		if returned {
 			return
 		}
-		p.log.Error().Msg("a handler called runtime.Goexit: its attempt failed, and another worker takes its place")
-		if cur != nil && p.finishRun(ctx, cur, errGoexit) {
+		if r := recover(); r != nil {
+			panic(r) // a crash, not a Goexit
+		}
+		p.log.Error().Msg("runtime.Goexit ended a worker, which another takes the place of")
+		switch {
+		case cur == nil:
+		case !cur.ran || cur.handled:
+			// Not in the handler (an Observer's, say): the job's
+			// outcome may be half told; its redelivery decides.
+			p.release(cur)
+		case p.finishRun(ctx, cur, errGoexit):
 			p.giveRoomBack(cur)
 			p.dones <- cur
-		} else if cur != nil {
+		default:
 			p.release(cur)
 		}
 		workers.Add(1) // before this goroutine's Done
@@ -565,7 +591,9 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
 	p.handling.Add(1)
 	it.start = start
-	return p.finishRun(ctx, it, p.run(ctx, it))
+	herr := p.run(ctx, it)
+	it.handled = true
+	return p.finishRun(ctx, it, herr)
 }
 
 // finishRun takes a job whose handler returned herr on to its outcome (see
@@ -942,7 +970,10 @@ func (p *Pool) run(ctx context.Context, it *inflight) error {
 func (p *Pool) call(ctx context.Context, job *data.Job) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
+			// Its text is built here, cut as a returned error's is: fmt
+			// catches a panic in the value's own String method.
+			msg := CutUTF8(fmt.Sprintf("handler panic: %v", r), maxCauseLen)
+			err = &panicError{msg: msg, stack: debug.Stack()}
 		}
 	}()
 	// The handler gets a copy of its own, which it may keep after it
@@ -978,11 +1009,11 @@ func (e *handlerError) Error() string { return e.msg }
 func (e *handlerError) Unwrap() error { return e.err }
 
 type panicError struct {
-	value any
+	msg   string // "handler panic: " and the value, at most maxCauseLen
 	stack []byte
 }
 
-func (e *panicError) Error() string { return fmt.Sprintf("handler panic: %v", e.value) }
+func (e *panicError) Error() string { return e.msg }
 
 func (p *Pool) ack(ctx context.Context, msg jetstream.Msg, log zerolog.Logger) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
