@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
 )
 
@@ -356,5 +357,25 @@ func TestNextInterruptedWhileConnecting(t *testing.T) {
 		cmd.Process.Kill()
 		<-done
 		t.Errorf("jobq next still running %s after Ctrl-C (waiting to connect, --timeout 30s)", time.Since(sent).Round(time.Second))
+	}
+}
+
+// An unreadable lease stops every pool from taking new jobs until it is
+// deleted. jobq job of a job with no record says that the leases cannot be
+// read, and why, rather than that the job is merely pending.
+func TestJobReportsAnUnreadableLease(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	kv, err := s.jetStream(t).KeyValue(context.Background(), queue.BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), data.LeasePrefix+"bogus", []byte("not a lease")); err != nil {
+		t.Fatal(err)
+	}
+	s.enqueue(t, "job.pending", "x", "pending-1")
+	r := s.jobq(t, "job", "pending-1")
+	if !strings.Contains(r.stderr, "corrupt") {
+		t.Errorf("jobq job with an unreadable lease in the ledger: got %s; want the lease's error", r)
 	}
 }

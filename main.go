@@ -1721,7 +1721,7 @@ func job(c *cli.Context) error {
 	if errors.Is(err, data.ErrNotFound) {
 		// A first attempt runs on its pool's lease, and has no record of
 		// its own until it ends.
-		rec, err = runningOnALease(ctx, ledger, c.Args().First())
+		rec, err = runningOnALease(ctx, obj, ledger, c.Args().First())
 	}
 	if errors.Is(err, data.ErrNotFound) {
 		return fmt.Errorf("no ledger record for job %q: it is pending, unknown, or its record expired (--processed-ttl)", c.Args().First())
@@ -1777,12 +1777,21 @@ const stateLeased data.State = "leased"
 
 // runningOnALease returns, for a job with no record, what a live pool lease
 // that holds it tells: its worker, its stream sequence and until when the
-// lease holds it. data.ErrNotFound if none does, or if the leases cannot be
-// read, as on a bucket without direct gets, where no pool leases jobs.
-func runningOnALease(ctx context.Context, ledger *data.Ledger, id string) (data.Record, error) {
+// lease holds it. data.ErrNotFound if none does, or on a bucket without
+// direct gets, where no pool leases jobs and the leases cannot be read. A
+// lease that cannot be read otherwise is an error: it stops every pool
+// from leasing jobs, and this is where it shows.
+func runningOnALease(ctx context.Context, obj *queue.Objects, ledger *data.Ledger, id string) (data.Record, error) {
+	st, err := obj.Ledger.Status(ctx)
+	if err != nil {
+		return data.Record{}, fmt.Errorf("read bucket %s: %w", queue.BucketProcessed, err)
+	}
+	if kv, ok := st.(*jetstream.KeyValueBucketStatus); ok && !kv.StreamInfo().Config.AllowDirect {
+		return data.Record{}, data.ErrNotFound
+	}
 	snap, err := ledger.Check(ctx, []*data.Job{{ID: id}}, "")
 	if err != nil {
-		return data.Record{}, data.ErrNotFound
+		return data.Record{}, fmt.Errorf("no ledger record for job %q, and the pools' leases, which may hold it, cannot be read: %w", id, err)
 	}
 	ls, job, ok := snap.Leased(data.Key(id))
 	if !ok || !snap.Holds(data.Key(id), time.Now()) {

@@ -109,14 +109,18 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	// dieWithJobq).
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	stopWatch, err := watchGroup(g)
-	if err != nil {
-		return err
-	}
-	defer stopWatch()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
+	stopWatch, err := watchGroup(cmd)
+	if err != nil {
+		// Unwatched, it could outlive a jobq killed meanwhile.
+		_ = cmd.Cancel()
+		_ = cmd.Wait()
+		g.done(ctx)
+		return err
+	}
+	defer stopWatch()
 	err = cmd.Wait()
 	canceled := g.done(ctx)
 

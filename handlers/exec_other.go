@@ -23,4 +23,4 @@ func (*groupKiller) done(ctx context.Context) bool { return ctx.Err() != nil }
 func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
 
 // watchGroup does nothing here: there are no process groups to watch.
-func watchGroup(*groupKiller) (func(), error) { return func() {}, nil }
+func watchGroup(*exec.Cmd) (func(), error) { return func() {}, nil }

@@ -15,8 +15,7 @@ import (
 
 // groupKiller signals a command's process group when its context ends.
 type groupKiller struct {
-	cmd  *exec.Cmd
-	pgid int // the group's ID, once known: the command's PID, or its watchdog's
+	cmd *exec.Cmd
 
 	mu       sync.Mutex
 	canceled bool
@@ -71,47 +70,43 @@ func (g *groupKiller) signal(sig syscall.Signal) error {
 	if g.cmd.Process == nil {
 		return os.ErrProcessDone
 	}
-	pgid := g.pgid
-	if pgid == 0 {
-		pgid = g.cmd.Process.Pid
-	}
-	err := syscall.Kill(-pgid, sig)
+	err := syscall.Kill(-g.cmd.Process.Pid, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return os.ErrProcessDone
 	}
 	return err
 }
 
-// watchGroup starts a watchdog for g's command, before the command: a sh
-// of jobq's own that leads a new process group, which the command is then
-// started in. It waits on a pipe whose other end jobq holds, and kills the
-// whole group unless jobq says "ok" there first. jobq says so once the
-// command exited (stop); if jobq dies first, even by SIGKILL, the kernel
-// closes its end, and the group goes with it: the command, and what it
-// started, in the foreground or the background, never runs on beside the
-// job's next attempt. As the group's leader, alive until stop reaps it,
-// the watchdog keeps the group's ID from going to another group meanwhile,
-// which a kill would then hit. It ignores the SIGTERM that a cancelled
-// command's group gets; the SIGKILL after it ends it too. It is jobq's
-// child, which stop reaps: orphaned, it would be a zombie under a jobq
-// that is a container's PID 1.
-func watchGroup(g *groupKiller) (stop func(), err error) {
+// watchSignals are the signals the watchdog ignores: every one that can
+// be caught and ends or stops a process, so that a signal to the command's
+// group (a SIGUSR1 to reopen logs, the SIGTERM that cancels it) does not
+// end the watchdog before the command. SIGKILL ends it with the group.
+const watchSignals = "HUP INT QUIT ABRT USR1 USR2 PIPE ALRM TERM TSTP TTIN TTOU VTALRM PROF XCPU XFSZ"
+
+// watchGroup starts a watchdog in the process group of g's command, just
+// started, which leads it: a sh of jobq's own that waits on a pipe whose
+// other end jobq holds, and kills the whole group unless jobq says "ok"
+// there first. jobq says so once the command exited (stop); if jobq dies
+// first, even by SIGKILL, the kernel closes its end, and the group goes
+// with it: the command, and what it started, in the foreground or the
+// background, never runs on beside the job's next attempt. A member of the
+// group until stop reaps it, the watchdog keeps the group's ID from
+// passing to another group while it watches (the command's sh, exited, is
+// a zombie member until Wait). It is jobq's child, which stop reaps:
+// orphaned, it would be a zombie under a jobq that is a container's PID 1.
+func watchGroup(cmd *exec.Cmd) (stop func(), err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start the command's watchdog: %w", err)
 	}
 	defer r.Close()
-	wd := exec.Command("sh", "-c", `trap '' TERM INT HUP; read -r ok; [ "$ok" = ok ] || kill -KILL 0`)
+	wd := exec.Command("sh", "-c", `trap '' `+watchSignals+`; read -r ok; [ "$ok" = ok ] || kill -KILL 0`)
 	wd.Stdin = r
-	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: cmd.Process.Pid}
 	if err := wd.Start(); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("start the command's watchdog: %w", err)
 	}
-	g.mu.Lock()
-	g.pgid = wd.Process.Pid
-	g.mu.Unlock()
-	g.cmd.SysProcAttr.Setpgid, g.cmd.SysProcAttr.Pgid = true, wd.Process.Pid
 	return func() {
 		_, _ = w.Write([]byte("ok\n"))
 		w.Close()

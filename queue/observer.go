@@ -9,8 +9,10 @@ import (
 // Observer is told how each job's attempt ended, for a live view such as
 // jobq's dashboard. Set it as Config.Observer; nil means none.
 //
-// The pool calls it from its workers, once per outcome and on the hot path:
-// it must be safe for concurrent use, return quickly and never block. It may
+// The pool calls it from its own goroutines (its workers, the one that acks
+// done jobs, its sweeper), once per outcome and on the hot path: it must be
+// safe for concurrent use, return quickly and never block, nor end the
+// goroutine (runtime.Goexit, t.FailNow), which would stall the pool. It may
 // keep job's ID and Subject, not job itself (its Payload is the delivered
 // message's memory). A done job comes without its Payload: the pool lets it
 // go once the handler succeeded, while the completion is recorded.
