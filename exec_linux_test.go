@@ -67,40 +67,51 @@ func TestCLIKilledJobqTakesItsCommandAlong(t *testing.T) {
 // never runs beside them. The kernel's parent-death signal (Linux) reached
 // only sh, so a command of more than one step ran on; now a watchdog in the
 // command's process group kills the group once jobq's end of its pipe
-// closes.
+// closes. It ignores the signals the group may get: a SIGUSR1 to the group
+// (say, "reopen your logs", which the command handles) ended it once, and
+// a jobq killed after that left the group running.
 func TestCLIKilledJobqTakesWhatItsCommandStartedAlong(t *testing.T) {
 	t.Parallel()
-	work := t.TempDir()
-	runs := filepath.Join(work, "runs")
-	handler := "job.>=exec:echo $$ >> " + shq(runs) + "; sleep 300 & sleep 300; true"
-	s := startServe(t, serveOpts{args: []string{"--handler", handler}})
-	s.enqueue(t, "job.long", "x", "long-1")
-	var pgid int
-	checkFor(t, waitTimeout, pollInterval, func() error {
-		l := lines(t, runs)
-		if len(l) != 1 {
-			return fmt.Errorf("%d runs, want 1", len(l))
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(l[0])) // sh's
-		if pgid = groupOf(t, pid); pgid == 0 {
-			return fmt.Errorf("no group for pid %d", pid)
-		}
-		return nil
-	})
-	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
-	checkFor(t, waitTimeout, pollInterval, func() error { // both sleeps started
-		if n := len(liveInGroup(t, pgid)); n < 4 {
-			return fmt.Errorf("%d processes in the command's group, want the watchdog, sh and two sleeps", n)
-		}
-		return nil
-	})
-	s.Kill(t)
-	checkFor(t, waitTimeout, pollInterval, func() error {
-		if live := liveInGroup(t, pgid); len(live) > 0 {
-			return fmt.Errorf("after jobq was SIGKILLed, its command's process group %d still runs: %q", pgid, live)
-		}
-		return nil
-	})
+	for _, signal := range []syscall.Signal{0, syscall.SIGUSR1} {
+		t.Run(fmt.Sprintf("group signal %d", signal), func(t *testing.T) {
+			t.Parallel()
+			runs := filepath.Join(t.TempDir(), "runs")
+			handler := "job.>=exec:trap '' USR1; echo $$ >> " + shq(runs) + "; sleep 300 & sleep 300; true"
+			s := startServe(t, serveOpts{args: []string{"--handler", handler}})
+			s.enqueue(t, "job.long", "x", "long-1")
+			var pgid int
+			checkFor(t, waitTimeout, pollInterval, func() error {
+				l := lines(t, runs)
+				if len(l) != 1 {
+					return fmt.Errorf("%d runs, want 1", len(l))
+				}
+				pid, _ := strconv.Atoi(strings.TrimSpace(l[0])) // sh's
+				if pgid = groupOf(t, pid); pgid == 0 {
+					return fmt.Errorf("no group for pid %d", pid)
+				}
+				return nil
+			})
+			t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+			checkFor(t, waitTimeout, pollInterval, func() error { // both sleeps started
+				if n := len(liveInGroup(t, pgid)); n < 4 {
+					return fmt.Errorf("%d processes in the command's group, want the watchdog, sh and two sleeps", n)
+				}
+				return nil
+			})
+			if signal != 0 {
+				if err := syscall.Kill(-pgid, signal); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Kill(t)
+			checkFor(t, waitTimeout, pollInterval, func() error {
+				if live := liveInGroup(t, pgid); len(live) > 0 {
+					return fmt.Errorf("after jobq was SIGKILLed, its command's process group %d still runs: %q", pgid, live)
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // groupOf returns the process group of pid, from /proc; 0 if it is gone.
@@ -146,46 +157,4 @@ func liveInGroup(t *testing.T, pgid int) []string {
 		live = append(live, stat[:i+1])
 	}
 	return live
-}
-
-// A killed jobq takes its command's group along only while the watchdog
-// lives. The watchdog ignores TERM, INT and HUP alone: a SIGUSR1 to the
-// job's group, which the command ignores (or handles), ends the watchdog
-// and nothing else, and a jobq killed after that leaves the group running
-// beside the job's next attempt.
-func TestCLIKilledJobqTakesTheGroupAlongAfterAGroupSignal(t *testing.T) {
-	t.Parallel()
-	runs := filepath.Join(t.TempDir(), "runs")
-	handler := "job.>=exec:trap '' USR1; echo $$ >> " + shq(runs) + "; sleep 300 & sleep 300; true"
-	s := startServe(t, serveOpts{args: []string{"--handler", handler}})
-	s.enqueue(t, "job.long", "x", "long-1")
-	var pgid int
-	checkFor(t, waitTimeout, pollInterval, func() error {
-		l := lines(t, runs)
-		if len(l) != 1 {
-			return fmt.Errorf("%d runs, want 1", len(l))
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(l[0]))
-		if pgid = groupOf(t, pid); pgid == 0 {
-			return fmt.Errorf("no group for pid %d", pid)
-		}
-		return nil
-	})
-	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
-	checkFor(t, waitTimeout, pollInterval, func() error {
-		if n := len(liveInGroup(t, pgid)); n < 4 {
-			return fmt.Errorf("%d processes in the command's group, want the watchdog, sh and two sleeps", n)
-		}
-		return nil
-	})
-	if err := syscall.Kill(-pgid, syscall.SIGUSR1); err != nil { // e.g. "reopen your logs"
-		t.Fatal(err)
-	}
-	s.Kill(t)
-	checkFor(t, waitTimeout, pollInterval, func() error {
-		if live := liveInGroup(t, pgid); len(live) > 0 {
-			return fmt.Errorf("after a SIGUSR1 to the job's group and jobq's SIGKILL, the group %d still runs: %q", pgid, live)
-		}
-		return nil
-	})
 }

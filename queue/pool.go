@@ -359,17 +359,11 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	// A handler that ends this goroutine with runtime.Goexit fails its
 	// attempt still, as in a pool (see worker); the goroutine ends.
 	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		if r := recover(); r != nil {
-			panic(r) // a crash, not a Goexit
-		}
+	defer onGoexit(&returned, func() {
 		if it.ran && !it.handled {
 			p.finishRun(ctx, it, errGoexit)
 		}
-	}()
+	})
 	ran := p.runOne(ctx, it)
 	returned = true
 	if !ran {
@@ -462,13 +456,7 @@ func (p *Pool) worker(ctx context.Context, workers *sync.WaitGroup) {
 	defer workers.Done()
 	var cur *inflight // the job whose handler runs, if any
 	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		if r := recover(); r != nil {
-			panic(r) // a crash, not a Goexit
-		}
+	defer onGoexit(&returned, func() {
 		p.log.Error().Msg("runtime.Goexit ended a worker, which another takes the place of")
 		switch {
 		case cur == nil:
@@ -484,9 +472,21 @@ func (p *Pool) worker(ctx context.Context, workers *sync.WaitGroup) {
 		}
 		workers.Add(1) // before this goroutine's Done
 		go p.worker(ctx, workers)
-	}()
+	})
 	p.runAll(ctx, &cur)
 	returned = true
+}
+
+// onGoexit, deferred, calls f if its goroutine ends by runtime.Goexit: it
+// neither returned (*returned set) nor panics; a panic goes on.
+func onGoexit(returned *bool, f func()) {
+	if *returned {
+		return
+	}
+	if r := recover(); r != nil {
+		panic(r) // a crash, not a Goexit
+	}
+	f()
 }
 
 // runAll runs claimed jobs until the claimer closes the work channel;
