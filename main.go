@@ -1715,14 +1715,7 @@ func job(c *cli.Context) error {
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
-	defer ledger.Close()
-	rec, err := ledger.Get(ctx, c.Args().First())
-	if errors.Is(err, data.ErrNotFound) {
-		// A first attempt runs on its pool's lease, and has no record of
-		// its own until it ends.
-		rec, err = runningOnALease(ctx, obj, ledger, c.Args().First())
-	}
+	rec, err := queue.LookUp(ctx, obj, c.Args().First())
 	if errors.Is(err, data.ErrNotFound) {
 		return fmt.Errorf("no ledger record for job %q: it is pending, unknown, or its record expired (--processed-ttl)", c.Args().First())
 	}
@@ -1763,41 +1756,11 @@ func job(c *cli.Context) error {
 	if rec.Took > 0 {
 		row("took", rec.Took.String())
 	}
-	if rec.State == data.StateRunning || rec.State == stateLeased {
+	if rec.State == data.StateRunning || rec.State == queue.StateLeased {
 		row("lease until", ts(rec.LeaseUntil))
 	}
 	row("last error", rec.LastError)
 	return tw.Flush()
-}
-
-// stateLeased is the state jobq job shows for a job that a pool's lease
-// holds: running, or fetched and waiting there for a worker; the lease does
-// not tell which.
-const stateLeased data.State = "leased"
-
-// runningOnALease returns, for a job with no record, what a live pool lease
-// that holds it tells: its worker, its stream sequence and until when the
-// lease holds it. data.ErrNotFound if none does, or on a bucket without
-// direct gets, where no pool leases jobs and the leases cannot be read. A
-// lease that cannot be read otherwise is an error: it stops every pool
-// from leasing jobs, and this is where it shows.
-func runningOnALease(ctx context.Context, obj *queue.Objects, ledger *data.Ledger, id string) (data.Record, error) {
-	st, err := obj.Ledger.Status(ctx)
-	if err != nil {
-		return data.Record{}, fmt.Errorf("read bucket %s: %w", queue.BucketProcessed, err)
-	}
-	if kv, ok := st.(*jetstream.KeyValueBucketStatus); ok && !kv.StreamInfo().Config.AllowDirect {
-		return data.Record{}, data.ErrNotFound
-	}
-	snap, err := ledger.Check(ctx, []*data.Job{{ID: id}}, "")
-	if err != nil {
-		return data.Record{}, fmt.Errorf("no ledger record for job %q, and the pools' leases, which may hold it, cannot be read: %w", id, err)
-	}
-	ls, job, ok := snap.Leased(data.Key(id))
-	if !ok || !snap.Holds(data.Key(id), time.Now()) {
-		return data.Record{}, data.ErrNotFound
-	}
-	return data.Record{ID: id, State: stateLeased, Seq: job.Seq, Worker: ls.Worker, LeaseUntil: ls.Until}, nil
 }
 
 func dlqCommand() *cli.Command {

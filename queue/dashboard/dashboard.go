@@ -100,7 +100,6 @@ type Config struct {
 // page's own origin. It is safe for concurrent use.
 type Dashboard struct {
 	cfg     Config
-	ledger  *data.Ledger
 	handler http.Handler
 }
 
@@ -109,7 +108,7 @@ func New(cfg Config) *Dashboard {
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
 	}
-	d := &Dashboard{cfg: cfg, ledger: data.NewLedger(cfg.Objects.Ledger, 0, nil)}
+	d := &Dashboard{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathPage+"{$}", d.page)
 	mux.HandleFunc("POST "+PathRetry, d.retry)
@@ -225,13 +224,14 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 	w.Write(buf.Bytes())
 }
 
-// lookup reads the ledger record of job id, if any was asked for.
+// lookup reads the ledger record of job id, if any was asked for, or what
+// a pool's lease tells of it (see queue.LookUp).
 func (d *Dashboard) lookup(ctx context.Context, id string) lookup {
 	l := lookup{ID: id, Searched: id != ""}
 	if id == "" {
 		return l
 	}
-	rec, err := d.ledger.Get(ctx, id)
+	rec, err := queue.LookUp(ctx, d.cfg.Objects, id)
 	switch {
 	case errors.Is(err, data.ErrNotFound):
 		l.NotFound = true

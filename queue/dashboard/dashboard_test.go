@@ -44,6 +44,9 @@ type testBundle struct {
 	rec     *dashboard.Recorder
 	url     string
 	failing atomic.Bool
+	// job.slow.> jobs signal started and run until release closes.
+	started chan string
+	release chan struct{}
 }
 
 func setup(t *testing.T, auth dashboard.Auth) *testBundle {
@@ -54,7 +57,7 @@ func setup(t *testing.T, auth dashboard.Auth) *testBundle {
 		t.Fatalf("jetstream: %v", err)
 	}
 	log := servertest.Logger(t)
-	b := &testBundle{rec: dashboard.NewRecorder()}
+	b := &testBundle{rec: dashboard.NewRecorder(), started: make(chan string, 8), release: make(chan struct{})}
 	b.failing.Store(true)
 	cfg := queue.Config{RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond, Observer: b.rec}
 	if b.obj, err = queue.Provision(context.Background(), js, cfg, log); err != nil {
@@ -69,6 +72,14 @@ func setup(t *testing.T, auth dashboard.Auth) *testBundle {
 		}
 		return nil
 	})
+	r.HandleFunc("job.slow.>", func(ctx context.Context, job *data.Job) error {
+		b.started <- job.ID
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
 	pool := queue.NewPool(b.obj, r, log)
 	if err := pool.Start(context.Background()); err != nil {
 		t.Fatalf("start pool: %v", err)
@@ -80,6 +91,7 @@ func setup(t *testing.T, auth dashboard.Auth) *testBundle {
 			t.Errorf("stop pool: %v", err)
 		}
 	})
+	t.Cleanup(func() { close(b.release) }) // runs before the pool's Stop
 	d := dashboard.New(dashboard.Config{Objects: b.obj, Pool: pool, Recorder: b.rec, Auth: auth, Log: log})
 	hs := httptest.NewServer(d)
 	t.Cleanup(hs.Close)
@@ -474,4 +486,20 @@ func TestLookup(t *testing.T) {
 		t.Errorf("page shows the ID unescaped")
 	}
 	mustContain(t, b.page(t, "/?id=nobody"), "No ledger record for job <q>nobody</q>")
+}
+
+// A job running on its pool's lease, with no record until it ends, is
+// found as leased, with its worker, as jobq job shows it; it was "not
+// found".
+func TestLookupOfAJobOnItsPoolsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Auth{})
+	b.enqueue(t, "job.slow.report", "slow-1")
+	if id := <-b.started; id != "slow-1" {
+		t.Fatalf("started %q, want slow-1", id)
+	}
+	mustContain(t, b.page(t, "/?id=slow-1"),
+		"<dt>ID</dt><dd>slow-1</dd>", `<dt>State</dt><dd><span class="state leased">leased</span></dd>`,
+		"<dt>Record</dt><dd>none yet: it runs on its pool", "<dt>Worker</dt>", "<dt>Lease until</dt>",
+	)
 }

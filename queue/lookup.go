@@ -1,0 +1,50 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/data"
+)
+
+// StateLeased is the state LookUp gives a job that has no record and that
+// a pool's lease holds: running, or fetched and waiting there for a worker;
+// the lease does not tell which.
+const StateLeased data.State = "leased"
+
+// LookUp returns job id's ledger record. A first attempt runs on its pool's
+// lease and has no record until it ends: for a job with none that a live
+// lease holds, it returns what the lease tells (StateLeased, the pool's
+// worker, the job's stream sequence, until when the lease holds it).
+// data.ErrNotFound if neither. The leases are not read on a bucket without
+// direct gets, where no pool leases jobs; one that cannot be read otherwise
+// is an error: it stops every pool from leasing jobs, and this is where it
+// shows.
+func LookUp(ctx context.Context, obj *Objects, id string) (data.Record, error) {
+	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
+	defer ledger.Close()
+	rec, err := ledger.Get(ctx, id)
+	if !errors.Is(err, data.ErrNotFound) {
+		return rec, err
+	}
+	st, err := obj.Ledger.Status(ctx)
+	if err != nil {
+		return data.Record{}, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
+	}
+	if kv, ok := st.(*jetstream.KeyValueBucketStatus); ok && !kv.StreamInfo().Config.AllowDirect {
+		return data.Record{}, data.ErrNotFound
+	}
+	snap, err := ledger.Check(ctx, []*data.Job{{ID: id}}, "")
+	if err != nil {
+		return data.Record{}, fmt.Errorf("no ledger record for job %q, and the pools' leases, which may hold it, cannot be read: %w", id, err)
+	}
+	ls, job, ok := snap.Leased(data.Key(id))
+	if !ok || !snap.Holds(data.Key(id), time.Now()) {
+		return data.Record{}, data.ErrNotFound
+	}
+	return data.Record{ID: id, State: StateLeased, Seq: job.Seq, Worker: ls.Worker, LeaseUntil: ls.Until}, nil
+}
