@@ -1741,10 +1741,10 @@ func job(c *cli.Context) error {
 	row("state", string(rec.State))
 	row("subject", rec.Subject)
 	row("seq", strconv.FormatUint(rec.Seq, 10))
-	if rec.Attempts > 0 {
-		row("attempts", strconv.Itoa(rec.Attempts))
-	} else {
+	if rec.State == queue.StateLeased {
 		row("record", "none yet: it runs on its pool's lease, or waits there for a worker; its record is written when it ends")
+	} else {
+		row("attempts", strconv.Itoa(rec.Attempts))
 	}
 	row("worker", rec.Worker)
 	if rec.Resumed {

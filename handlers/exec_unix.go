@@ -83,8 +83,8 @@ func (g *groupKiller) signal(sig syscall.Signal) error {
 // end the watchdog before the command. SIGKILL ends it with the group.
 const watchSignals = "HUP INT QUIT ABRT USR1 USR2 PIPE ALRM TERM TSTP TTIN TTOU VTALRM PROF XCPU XFSZ"
 
-// watchGroup starts a watchdog in the process group of g's command, just
-// started, which leads it: a sh of jobq's own that waits on a pipe whose
+// watchGroup starts a watchdog in the process group of cmd, just started,
+// whose sh leads the group: a sh of jobq's own that waits on a pipe whose
 // other end jobq holds, and kills the whole group unless jobq says "ok"
 // there first. jobq says so once the command exited (stop); if jobq dies
 // first, even by SIGKILL, the kernel closes its end, and the group goes

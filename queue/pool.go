@@ -458,16 +458,13 @@ func (p *Pool) worker(ctx context.Context, workers *sync.WaitGroup) {
 	returned := false
 	defer onGoexit(&returned, func() {
 		p.log.Error().Msg("runtime.Goexit ended a worker, which another takes the place of")
-		switch {
-		case cur == nil:
-		case !cur.ran || cur.handled:
-			// Not in the handler (an Observer's, say): the job's
-			// outcome may be half told; its redelivery decides.
-			p.release(cur)
-		case p.finishRun(ctx, cur, errGoexit):
-			p.giveRoomBack(cur)
-			p.dones <- cur
-		default:
+		if cur != nil {
+			// In the handler, its attempt fails. Elsewhere (an
+			// Observer's, say) the job's outcome may be half told: its
+			// redelivery decides.
+			if cur.ran && !cur.handled {
+				p.finishRun(ctx, cur, errGoexit) // false: a failure
+			}
 			p.release(cur)
 		}
 		workers.Add(1) // before this goroutine's Done
