@@ -516,6 +516,7 @@ func serveCommand() *cli.Command {
 		&cli.BoolFlag{Name: "demo", Usage: "publish a sample payroll job every --demo-interval and log it"},
 		&cli.DurationFlag{Name: "demo-interval", Value: 2 * time.Second, Usage: "how often --demo publishes"},
 		&cli.StringFlag{Name: "server", Usage: "use this NATS server instead of the embedded one"},
+		&cli.IntFlag{Name: "replicas", Value: 1, Usage: "with --server: copies a cluster keeps of JOB, DLQ and processed, for the objects jobq creates (1 to 5)"},
 		// Ignored without --server, so that a --config file or JOBQ_*
 		// variables shared with the client commands leave the embedded
 		// server as it is.
@@ -559,6 +560,7 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		RetryBackoff:  backoff,
 		JobTimeout:    c.Duration("job-timeout"),
 		MaxPayload:    c.Int("max-payload"),
+		Replicas:      c.Int("replicas"),
 	}
 	if c.IsSet("max-deliver") && qc.MaxDeliver <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--max-deliver %d: want 1 or more", qc.MaxDeliver)
@@ -568,6 +570,12 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	}
 	if c.IsSet("prefetch-bytes") && qc.PrefetchBytes <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--prefetch-bytes %d: want 1 or more", qc.PrefetchBytes)
+	}
+	switch r := qc.Replicas; {
+	case r < 1 || r > queue.MaxReplicas:
+		return server.Config{}, queue.Config{}, badUsage("--replicas %d: want 1 to %d", r, queue.MaxReplicas)
+	case r > 1 && c.String("server") == "":
+		return server.Config{}, queue.Config{}, badUsage("--replicas %d needs --server and a cluster: the embedded server is one node and keeps one copy", r)
 	}
 	if c.IsSet("dedupe-window") && qc.DedupeWindow <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--dedupe-window %s: want a positive duration", qc.DedupeWindow)

@@ -1207,6 +1207,8 @@ func TestCLIUsage(t *testing.T) {
 		{name: "ack wait under a second", args: []string{"serve", "--ack-wait", "10ms"}, want: []string{"ack wait 10ms", "1s or more"}},
 		{name: "max deliver 0", args: []string{"serve", "--max-deliver", "0"}, want: []string{"--max-deliver 0", "1 or more"}},
 		{name: "workers 0", args: []string{"serve", "--workers", "0"}, want: []string{"--workers 0"}},
+		{name: "replicas 6", args: []string{"serve", "--replicas", "6", "--server", nowhere}, want: []string{"--replicas 6", "1 to 5"}},
+		{name: "replicas without a server", args: []string{"serve", "--replicas", "3"}, want: []string{"--replicas 3 needs --server"}},
 		{name: "prefetch bytes 0", args: []string{"serve", "--prefetch-bytes", "0"}, want: []string{"--prefetch-bytes 0", "1 or more"}},
 		{name: "bad retry backoff", args: []string{"serve", "--retry-backoff", "soon"}, want: []string{"--retry-backoff", "1s,10s,1m"}},
 		{name: "handler without subject", args: []string{"serve", "--handler", "nonsense"}, want: []string{`--handler "nonsense"`, "SUBJECT=SPEC"}},

@@ -52,6 +52,13 @@ type Config struct {
 	// limit so the ledger and DLQ keep room to finish the stored jobs.
 	// 0 means no cap of its own.
 	MaxBytes int64
+	// Replicas is how many copies of JOB, DLQ and processed a cluster
+	// keeps, when Provision creates them: 1 (the default), or up to 5 on a
+	// cluster of as many nodes. A replicated processed bucket answers reads
+	// from its leader alone (no direct gets), so its pools claim each job
+	// with a ledger write before it runs rather than lease batches of them.
+	// Existing objects must have as many (see Provision).
+	Replicas int
 	// NoLedger turns the ledger off: jobs are processed at least once, as
 	// with a plain JetStream worker, and a redelivered or republished job
 	// runs again. For throughput where handlers are idempotent.
@@ -66,6 +73,9 @@ type Config struct {
 	// means none.
 	Observer Observer
 }
+
+// MaxReplicas is the most copies a NATS cluster keeps of a stream.
+const MaxReplicas = 5
 
 // Defaults of Config.
 const (
@@ -113,6 +123,9 @@ func (c Config) withDefaults() Config {
 	if c.FetchWait == 0 {
 		c.FetchWait = time.Second
 	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
 	if c.WorkerName == "" {
 		host, _ := os.Hostname()
 		c.WorkerName = host + "-" + strconv.Itoa(os.Getpid())
@@ -148,6 +161,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max bytes %d is negative", c.MaxBytes)
 	case c.MaxPayload < 0:
 		return fmt.Errorf("max payload %d is negative", c.MaxPayload)
+	case c.Replicas < 1 || c.Replicas > MaxReplicas:
+		return fmt.Errorf("replicas %d: want 1 to %d", c.Replicas, MaxReplicas)
 	}
 	for _, d := range c.RetryBackoff {
 		if d < 0 {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -42,7 +44,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zero
 	if o.Jobs, err = ensureStream(ctx, js, jobStreamConfig(cfg), log); err != nil {
 		return nil, err
 	}
-	if o.Dead, err = ensureStream(ctx, js, deadStreamConfig(), log); err != nil {
+	if o.Dead, err = ensureStream(ctx, js, deadStreamConfig(cfg), log); err != nil {
 		return nil, err
 	}
 	if o.Worker, err = ensureConsumer(ctx, js, cfg, log); err != nil {
@@ -66,11 +68,11 @@ func jobStreamConfig(cfg Config) jetstream.StreamConfig {
 		Duplicates: cfg.DedupeWindow,
 		MaxMsgSize: int32(cfg.MaxPayload) + 64<<10, // room for headers
 		MaxBytes:   cmp.Or(cfg.MaxBytes, -1),
-		Replicas:   1,
+		Replicas:   cfg.Replicas,
 	}
 }
 
-func deadStreamConfig() jetstream.StreamConfig {
+func deadStreamConfig(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        StreamDLQ,
 		Description: "jobq dead letters",
@@ -80,7 +82,7 @@ func deadStreamConfig() jetstream.StreamConfig {
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  DefaultDedupeWindow,
 		MaxBytes:    -1,
-		Replicas:    1,
+		Replicas:    cfg.Replicas,
 	}
 }
 
@@ -103,6 +105,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	if have.Storage != want.Storage {
 		return nil, fmt.Errorf("%w: stream %s has %s storage, jobq needs %s; point --store-dir elsewhere or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Storage, want.Storage)
+	}
+	if err := sameReplicas("stream "+want.Name, have.Replicas, want.Replicas, "nats stream edit "+want.Name+" --replicas "+strconv.Itoa(want.Replicas)); err != nil {
+		return nil, err
 	}
 	next := have
 	next.Subjects, next.Duplicates, next.Discard, next.MaxBytes = want.Subjects, want.Duplicates, want.Discard, want.MaxBytes
@@ -203,22 +208,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 }
 
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
-	want := jetstream.KeyValueConfig{
-		Bucket:      BucketProcessed,
-		Description: "jobq ledger: one record per job ID",
-		History:     1,
-		TTL:         cfg.ProcessedTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    1,
-	}
 	kv, err := js.KeyValue(ctx, BucketProcessed)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, want)
-		if err != nil {
-			return nil, fmt.Errorf("create bucket %s: %w", BucketProcessed, err)
-		}
-		log.Info().Str("bucket", BucketProcessed).Msg("bucket created")
-		return kv, nil
+		return createBucket(ctx, js, cfg, log)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up bucket %s: %w", BucketProcessed, err)
@@ -227,17 +219,104 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 	if err != nil {
 		return nil, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
 	}
-	info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
-	if info.Config.Storage != jetstream.FileStorage {
-		return nil, fmt.Errorf("%w: bucket %s has %s storage, jobq needs file (nothing was changed)", ErrConflict, BucketProcessed, info.Config.Storage)
+	have := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	if have.Storage != jetstream.FileStorage {
+		return nil, fmt.Errorf("%w: bucket %s has %s storage, jobq needs file (nothing was changed)", ErrConflict, BucketProcessed, have.Storage)
 	}
-	if st.TTL() == want.TTL {
+	if err := sameReplicas("bucket "+BucketProcessed, have.Replicas, cfg.Replicas, bucketEdit(cfg.Replicas)); err != nil {
+		return nil, err
+	}
+	if have.Replicas > 1 && have.AllowDirect {
+		return nil, fmt.Errorf("%w: bucket %s has %s and answers direct gets, so a follower behind its leader could answer jobq's ledger reads and a job recorded done could run again; stop every jobq on it and run `nats stream edit %s --no-allow-direct` (nothing was changed)",
+			ErrConflict, BucketProcessed, replicas(have.Replicas), bucketStream)
+	}
+	if have.MaxAge == cfg.ProcessedTTL {
 		return kv, nil
 	}
-	want.History = uint8(st.History())
-	if kv, err = js.UpdateKeyValue(ctx, want); err != nil {
+	// The stream is edited rather than the bucket, which would also turn
+	// direct gets back on.
+	next := have
+	next.MaxAge = cfg.ProcessedTTL
+	next.Duplicates = min(next.Duplicates, cfg.ProcessedTTL)
+	if _, err := js.UpdateStream(ctx, next); err != nil {
 		return nil, fmt.Errorf("update bucket %s: %w", BucketProcessed, err)
 	}
-	log.Info().Str("bucket", BucketProcessed).Stringer("ttl_was", st.TTL()).Stringer("ttl", want.TTL).Msg("bucket updated in place")
-	return kv, nil
+	log.Info().Str("bucket", BucketProcessed).Stringer("ttl_was", have.MaxAge).Stringer("ttl", cfg.ProcessedTTL).Msg("bucket updated in place")
+	return js.KeyValue(ctx, BucketProcessed)
+}
+
+// bucketStream is the stream that holds the processed bucket.
+const bucketStream = "KV_" + BucketProcessed
+
+// createBucket creates the processed bucket. One copy answers direct gets,
+// which the pools' batched reads use; a replicated one answers reads from
+// its leader alone, since a follower can be behind it. The bucket's stream
+// is created as such at once, so that no pool sees it otherwise.
+func createBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
+	want := jetstream.KeyValueConfig{
+		Bucket:      BucketProcessed,
+		Description: "jobq ledger: one record per job ID",
+		History:     1,
+		TTL:         cfg.ProcessedTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}
+	if cfg.Replicas == 1 {
+		kv, err := js.CreateKeyValue(ctx, want)
+		if err != nil {
+			return nil, fmt.Errorf("create bucket %s: %w", BucketProcessed, err)
+		}
+		log.Info().Str("bucket", BucketProcessed).Msg("bucket created")
+		return kv, nil
+	}
+	// The stream nats.go makes of want, but for direct gets.
+	sc := jetstream.StreamConfig{
+		Name:              bucketStream,
+		Description:       want.Description,
+		Subjects:          []string{"$KV." + BucketProcessed + ".>"},
+		MaxMsgsPerSubject: int64(want.History),
+		MaxBytes:          -1,
+		MaxAge:            want.TTL,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           want.Storage,
+		Replicas:          want.Replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        min(2*time.Minute, want.TTL),
+		Discard:           jetstream.DiscardNew,
+	}
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		return nil, fmt.Errorf("create bucket %s: %w", BucketProcessed, err)
+	}
+	log.Info().Str("bucket", BucketProcessed).Int("replicas", cfg.Replicas).Msg("bucket created")
+	return js.KeyValue(ctx, BucketProcessed)
+}
+
+// sameReplicas checks that an existing object has the replicas jobq is
+// configured with. jobq does not change them: on the bucket that would
+// switch every running pool's protocol (see createBucket).
+func sameReplicas(object string, have, want int, edit string) error {
+	if have == want {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has %s, --replicas is %d; pass --replicas %d, or stop every jobq on this server and run `%s` (nothing was changed)",
+		ErrConflict, object, replicas(have), want, have, edit)
+}
+
+func replicas(n int) string {
+	if n == 1 {
+		return "1 replica"
+	}
+	return strconv.Itoa(n) + " replicas"
+}
+
+// bucketEdit is the nats CLI command that gives the processed bucket n
+// replicas.
+func bucketEdit(n int) string {
+	if n == 1 {
+		return "nats stream edit " + bucketStream + " --replicas 1 --allow-direct"
+	}
+	return "nats stream edit " + bucketStream + " --replicas " + strconv.Itoa(n) + " --no-allow-direct"
 }
