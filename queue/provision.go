@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -109,8 +109,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if err := sameReplicas("stream "+want.Name, have.Replicas, want.Replicas, "nats stream edit "+want.Name+" --replicas "+strconv.Itoa(want.Replicas)); err != nil {
 		return nil, err
 	}
+	if err := keepsWhatItStores("stream "+want.Name, have, true); err != nil {
+		return nil, err
+	}
 	next := have
 	next.Subjects, next.Duplicates, next.Discard, next.MaxBytes = want.Subjects, want.Duplicates, want.Discard, want.MaxBytes
+	// Limits that would delete stored jobs or dead letters, and publishes
+	// stored without an answer, are put back as jobq makes them.
+	next.MaxAge, next.MaxMsgs, next.MaxMsgsPerSubject, next.DiscardNewPerSubject, next.NoAck = 0, -1, -1, false, false
 	if stored := s.CachedInfo().State.Bytes; next.MaxBytes > 0 && uint64(next.MaxBytes) < stored {
 		// The server enforces a lowered cap by deleting the oldest jobs.
 		next.MaxBytes = have.MaxBytes
@@ -120,8 +126,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if want.MaxMsgSize != 0 {
 		next.MaxMsgSize = want.MaxMsgSize
 	}
-	if slices.Equal(have.Subjects, next.Subjects) && have.Duplicates == next.Duplicates &&
-		have.Discard == next.Discard && have.MaxMsgSize == next.MaxMsgSize && have.MaxBytes == next.MaxBytes {
+	if reflect.DeepEqual(have, next) {
 		return s, nil
 	}
 	if s, err = js.UpdateStream(ctx, next); err != nil {
@@ -131,6 +136,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		Stringer("dedupe_window_was", have.Duplicates).Stringer("dedupe_window", next.Duplicates).
 		Strs("subjects_were", have.Subjects).Int32("max_msg_size_was", have.MaxMsgSize).
 		Int64("max_bytes_was", have.MaxBytes).Int64("max_bytes", next.MaxBytes).
+		Stringer("max_age_was", have.MaxAge).Int64("max_msgs_was", have.MaxMsgs).
+		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("no_ack_was", have.NoAck).
 		Msg("stream updated in place")
 	return s, nil
 }
@@ -191,18 +198,27 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		// BackOff replaces AckWait as the lease and would redeliver long jobs.
 		return nil, fmt.Errorf("%w: consumer %s has a backoff list, which replaces the ack wait jobq relies on (nothing was changed)", ErrConflict, ConsumerWorker)
 	}
-	if have.MaxDeliver == want.MaxDeliver && have.AckWait == want.AckWait && have.MaxAckPending >= want.MaxAckPending {
-		return c, nil
-	}
 	next := have
 	next.MaxDeliver, next.AckWait = want.MaxDeliver, want.AckWait
 	next.MaxAckPending = max(have.MaxAckPending, want.MaxAckPending)
+	// A filter would leave the other jobs undelivered, to be swept into
+	// DLQ as exhausted unrun; headers only would run jobs without their
+	// payloads and record them done.
+	next.FilterSubject, next.HeadersOnly = "", false
+	if len(next.FilterSubjects) > 0 {
+		next.FilterSubjects = nil
+	}
+	if reflect.DeepEqual(have, next) {
+		return c, nil
+	}
 	if c, err = js.UpdateConsumer(ctx, StreamJob, next); err != nil {
 		return nil, fmt.Errorf("update consumer %s: %w", ConsumerWorker, err)
 	}
 	log.Info().Str("consumer", ConsumerWorker).
 		Int("max_deliver_was", have.MaxDeliver).Int("max_deliver", next.MaxDeliver).
 		Stringer("ack_wait_was", have.AckWait).Stringer("ack_wait", next.AckWait).
+		Str("filter_subject_was", have.FilterSubject).Strs("filter_subjects_were", have.FilterSubjects).
+		Bool("headers_only_was", have.HeadersOnly).
 		Msg("consumer updated in place")
 	return c, nil
 }
@@ -226,23 +242,53 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 	if err := sameReplicas("bucket "+BucketProcessed, have.Replicas, cfg.Replicas, bucketEdit(cfg.Replicas)); err != nil {
 		return nil, err
 	}
+	if err := keepsWhatItStores("bucket "+BucketProcessed, have, false); err != nil {
+		return nil, err
+	}
 	if have.Replicas > 1 && have.AllowDirect {
 		return nil, fmt.Errorf("%w: bucket %s has %s and answers direct gets, so a follower behind its leader could answer jobq's ledger reads and a job recorded done could run again; stop every jobq on it and run `nats stream edit %s --no-allow-direct` (nothing was changed)",
 			ErrConflict, BucketProcessed, replicas(have.Replicas), bucketStream)
 	}
-	if have.MaxAge == cfg.ProcessedTTL {
-		return kv, nil
-	}
 	// The stream is edited rather than the bucket, which would also turn
-	// direct gets back on.
+	// direct gets back on, and set aside what else it has.
 	next := have
 	next.MaxAge = cfg.ProcessedTTL
 	next.Duplicates = min(next.Duplicates, cfg.ProcessedTTL)
+	// A record must live its TTL: no limit may evict it sooner, and a full
+	// bucket refuses writes rather than drop old records.
+	next.MaxMsgs, next.MaxBytes, next.Discard, next.NoAck = -1, -1, jetstream.DiscardNew, false
+	next.MaxMsgsPerSubject = max(next.MaxMsgsPerSubject, 1)
+	if reflect.DeepEqual(have, next) {
+		return kv, nil
+	}
 	if _, err := js.UpdateStream(ctx, next); err != nil {
 		return nil, fmt.Errorf("update bucket %s: %w", BucketProcessed, err)
 	}
-	log.Info().Str("bucket", BucketProcessed).Stringer("ttl_was", have.MaxAge).Stringer("ttl", cfg.ProcessedTTL).Msg("bucket updated in place")
+	log.Info().Str("bucket", BucketProcessed).Stringer("ttl_was", have.MaxAge).Stringer("ttl", cfg.ProcessedTTL).
+		Int64("max_msgs_was", have.MaxMsgs).Int64("max_bytes_was", have.MaxBytes).Stringer("discard_was", have.Discard).
+		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("no_ack_was", have.NoAck).
+		Msg("bucket updated in place")
 	return js.KeyValue(ctx, BucketProcessed)
+}
+
+// keepsWhatItStores refuses an object on which jobq could not keep its
+// promises, and that no edit can put right: one sealed, one that answers
+// writes before they are stored, or, if jobq deletes from it, one that
+// denies deletes (a job could then not leave JOB, nor a dead letter DLQ,
+// once handled). The bucket denies them: its records go by markers.
+func keepsWhatItStores(object string, have jetstream.StreamConfig, deletes bool) error {
+	var what string
+	switch {
+	case have.Sealed:
+		what = "is sealed"
+	case deletes && have.DenyDelete:
+		what = "denies message deletes"
+	case have.PersistMode == jetstream.AsyncPersistMode:
+		what = "persists asynchronously, answering writes that a crash can lose"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s %s, which the server cannot undo and jobq cannot work with; move it aside (nothing was changed)", ErrConflict, object, what)
 }
 
 // bucketStream is the stream that holds the processed bucket.

@@ -1,0 +1,214 @@
+package queue_test
+
+// Objects changed by an operator (nats CLI, another client) between runs of
+// jobq: provisioning at the next start must either bring them back into
+// shape or refuse with a clear error; never run on under a configuration
+// in which stored jobs are lost, never run, or run with the wrong input.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server/servertest"
+)
+
+// reprovision provisions b again, as jobq does when it starts again after
+// an operator changed its objects, which puts them back in shape.
+func (b *testBundle) reprovision(t *testing.T) {
+	t.Helper()
+	obj, err := queue.Provision(context.Background(), b.js, b.cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("provision again: %v", err)
+	}
+	b.obj = obj
+}
+
+// payloads records the payload each job ran with.
+type payloads struct {
+	mu   sync.Mutex
+	seen map[string][]string
+}
+
+func (p *payloads) handler() handlers.Handler {
+	return handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.seen[job.ID] = append(p.seen[job.ID], string(job.Payload))
+		return nil
+	})
+}
+
+func (p *payloads) get(id string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.seen[id]...)
+}
+
+// An operator turned on headers-only delivery on WORKER (nats consumer edit
+// JOB WORKER --headers-only). Started again, jobq must not run jobs without
+// their payload and record them done.
+func TestHeadersOnlyWorkerDoesNotRunJobsWithoutPayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.editWorker(t, func(c *jetstream.ConsumerConfig) { c.HeadersOnly = true })
+	b.reprovision(t)
+	p := &payloads{seen: map[string][]string{}}
+	b.startPool(t, p.handler())
+	b.enqueue(t, "job.pay", "pay-1", `{"amount":1500}`)
+	b.waitState(t, "pay-1", data.StateDone)
+	if got := p.get("pay-1"); len(got) != 1 || got[0] != `{"amount":1500}` {
+		t.Errorf("job pay-1 ran with payloads %q, recorded done; want one run with {\"amount\":1500}", got)
+	}
+}
+
+// An operator narrowed WORKER to one subject (nats consumer edit JOB WORKER
+// --filter job.a.>). Started again, jobq must run every job under job.>, or
+// refuse to start.
+func TestFilteredWorkerStillRunsEveryJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: 2 * time.Second})
+	b.editWorker(t, func(c *jetstream.ConsumerConfig) { c.FilterSubject = "job.a.>" })
+	b.reprovision(t)
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	b.enqueue(t, "job.b.x", "b-1", "x")
+	b.enqueue(t, "job.a.x", "a-1", "x")
+	b.waitState(t, "a-1", data.StateDone)
+	waitFor(t, 15*time.Second, func() error {
+		rec, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).Get(context.Background(), "b-1")
+		if err != nil {
+			return fmt.Errorf("job b-1: %w (never ran: JOB holds %d jobs)", err, b.status(t).Stream.Messages)
+		}
+		if rec.State != data.StateDone || c.get("b-1") != 1 {
+			return fmt.Errorf("job b-1: state %s after %d runs, last error %q; want done after 1 run", rec.State, c.get("b-1"), rec.LastError)
+		}
+		return nil
+	})
+}
+
+// An operator set limits on JOB that make the server delete stored jobs
+// (nats stream edit JOB --max-age 1s, --max-msgs-per-subject 1). Started
+// again, jobq must not keep them: every stored job must still run.
+func TestJobStreamLimitsThatDeleteJobsAreNotKept(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  queue.Config
+		edit func(*jetstream.StreamConfig)
+	}{
+		// The dedupe window may not be longer than the max age.
+		{"max age", queue.Config{DedupeWindow: time.Second}, func(c *jetstream.StreamConfig) { c.MaxAge = time.Second }},
+		{"max msgs per subject", queue.Config{}, func(c *jetstream.StreamConfig) { c.MaxMsgsPerSubject = 1 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tt.cfg)
+			b.editJobs(t, tt.edit)
+			b.reprovision(t)
+			// Two jobs wait for workers (a backlog), longer than a second.
+			b.enqueue(t, "job.mail", "mail-1", "x")
+			b.enqueue(t, "job.mail", "mail-2", "y")
+			time.Sleep(2 * time.Second)
+			c := newCounter()
+			b.startPool(t, c.wrap(ok))
+			for _, id := range []string{"mail-1", "mail-2"} {
+				waitFor(t, 10*time.Second, func() error {
+					if c.get(id) != 1 {
+						return fmt.Errorf("job %s, stored with its ack, ran %d times (JOB holds %d jobs); want 1",
+							id, c.get(id), b.status(t).Stream.Messages)
+					}
+					return nil
+				})
+			}
+		})
+	}
+}
+
+// An operator let the ledger drop its oldest records when full (nats
+// stream edit KV_processed --discard old --max-msgs 2). Started again,
+// jobq must not keep that: a done job's record must live its TTL.
+func TestLedgerThatDropsOldRecordsIsNotKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{DedupeWindow: time.Second})
+	b.editLedger(t, func(c *jetstream.StreamConfig, _ jetstream.StreamState) {
+		c.Discard, c.MaxMsgs = jetstream.DiscardOld, 3
+	})
+	b.reprovision(t)
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	for i := range 5 {
+		id := fmt.Sprintf("drop-%d", i)
+		b.enqueue(t, "job.d", id, "x")
+		b.waitState(t, id, data.StateDone)
+	}
+	b.republishAfterWindow(t, "job.d", "drop-0", "x")
+	b.waitDrained(t)
+	c.wantOnce(t, "drop-0")
+}
+
+// An operator turned off JOB's publish acks (nats stream edit JOB
+// --no-ack). Started again, an enqueue must be acknowledged, not fail
+// with the job stored anyway.
+func TestJobStreamWithoutAcksIsNotKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.editJobs(t, func(c *jetstream.StreamConfig) { c.NoAck = true })
+	b.reprovision(t)
+	prod := queue.NewProducer(b.js, b.cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := prod.Enqueue(ctx, "job.noack", []byte("x"), queue.EnqueueOptions{ID: "noack-1"})
+	if err != nil {
+		t.Errorf("enqueue failed: %v; JOB holds %d jobs", err, b.status(t).Stream.Messages)
+	}
+}
+
+// An operator sealed JOB or DLQ, or made it deny deletes or persist
+// asynchronously, none of which the server lets be undone. jobq refuses to
+// start, saying which, rather than leave handled jobs stuck in JOB or
+// dead letters in DLQ, or take answers to writes a crash can lose.
+func TestProvisionRefusesStreamsItCannotWorkWith(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		stream string
+		edit   func(*jetstream.StreamConfig)
+		want   string
+	}{
+		{"JOB denies deletes", queue.StreamJob, func(c *jetstream.StreamConfig) { c.DenyDelete = true }, "stream JOB denies message deletes"},
+		{"DLQ denies deletes", queue.StreamDLQ, func(c *jetstream.StreamConfig) { c.DenyDelete = true }, "stream DLQ denies message deletes"},
+		{"JOB sealed", queue.StreamJob, func(c *jetstream.StreamConfig) { c.Sealed = true }, "stream JOB is sealed"},
+		{"bucket sealed", "KV_" + queue.BucketProcessed, func(c *jetstream.StreamConfig) { c.Sealed = true }, "bucket processed is sealed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{})
+			ctx := context.Background()
+			s, err := b.js.Stream(ctx, tt.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := s.CachedInfo().Config
+			tt.edit(&cfg)
+			if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			_, err = queue.Provision(ctx, b.js, b.cfg, servertest.Logger(t))
+			if !errors.Is(err, queue.ErrConflict) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "nothing was changed") {
+				t.Errorf("provision: got %v, want a conflict saying %q", err, tt.want)
+			}
+		})
+	}
+}
