@@ -39,7 +39,7 @@ type Ledger struct {
 // With js, ClaimAsync and DoneAsync publish without waiting for the reply;
 // without, they fall back to the synchronous writes.
 func NewLedger(kv jetstream.KeyValue, lease time.Duration, js jetstream.JetStream) *Ledger {
-	return &Ledger{kv: kv, js: js, prefix: "$KV." + kv.Bucket() + ".", lease: lease}
+	return &Ledger{kv: kv, js: js, prefix: "$KV." + kv.Bucket() + ".", lease: lease, reads: reads{turn: make(chan struct{}, 1)}}
 }
 
 // Claim is a worker's hold on one job: valid while Revision is the record's

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -163,8 +162,14 @@ func (l *Ledger) multiLast(ctx context.Context, subjects []string, each func(sub
 		return err
 	}
 
-	l.reads.mu.Lock()
-	defer l.reads.mu.Unlock()
+	// The wait for the read before ends with ctx: a caller bounded by a
+	// deadline, such as a lease's renewal, is not held past it.
+	select {
+	case l.reads.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("read records: waiting for the read before: %w", ctx.Err())
+	}
+	defer func() { <-l.reads.turn }()
 	if l.reads.closed {
 		return errors.New("read records: ledger closed")
 	}
@@ -220,9 +225,10 @@ func (l *Ledger) multiLast(ctx context.Context, subjects []string, each func(sub
 // are left.
 const headerNumPending = "Nats-Num-Pending"
 
-// reads is the ledger's subscription for batched reads, one read at a time.
+// reads is the ledger's subscription for batched reads, one read at a time:
+// the one that holds turn.
 type reads struct {
-	mu     sync.Mutex
+	turn   chan struct{}
 	closed bool
 	sub    *nats.Subscription
 	inbox  string
@@ -246,13 +252,13 @@ func (l *Ledger) Prepare(job *Job, worker, lease string) Claim {
 // Close releases the subscriptions of batched reads and async writes; a
 // write still waiting fails.
 func (l *Ledger) Close() {
-	l.reads.mu.Lock()
+	l.reads.turn <- struct{}{}
 	l.reads.closed = true
 	if l.reads.sub != nil {
 		l.reads.sub.Unsubscribe()
 		l.reads.sub = nil
 	}
-	l.reads.mu.Unlock()
+	<-l.reads.turn
 	l.writes.once.Do(func() { l.writes.err = errors.New("ledger closed") })
 	l.writes.closed.Do(func() {
 		if l.writes.w != nil {

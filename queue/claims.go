@@ -153,11 +153,26 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		}
 		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
 	}
+	log := *p.jobLog(it.job)
+	if err == nil && !time.Now().Before(p.claimGiveUpAt(&claim)) {
+		// The claim, sent when the job was fetched, was settled only now,
+		// after the jobs ahead of it: nothing renewed it meanwhile, and
+		// once it ended another pool could take the job over. It is
+		// renewed before the job runs, or the job goes back.
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		rerr := p.ledger.Renew(opCtx, &claim)
+		cancel()
+		if rerr != nil {
+			p.beats.remove(it)
+			log.Warn().Err(rerr).Msg("claim ended before the job could start: released")
+			p.nak(it.msg, time.Second, log)
+			return false
+		}
+	}
 	if err == nil && claim.Replaced == nil && !it.job.Resumed {
 		it.setClaim(claim) // the plain case: a fresh claim
 		return true
 	}
-	log := *p.jobLog(it.job)
 	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobq/jobq/data"
@@ -44,6 +45,12 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 	defer t.Stop()
 	var due []*inflight
 	collected := time.Now()
+	// Collecting ended leases reads and writes the ledger, bounded only
+	// by opTimeout each: it runs beside the loop, which must go on
+	// sending heartbeats and giving up what was not renewed in time.
+	var collecting sync.WaitGroup
+	defer collecting.Wait()
+	var busy atomic.Bool
 	for {
 		select {
 		case <-done:
@@ -79,9 +86,12 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 		if !p.cfg.NoLedger {
 			h.loseLapsedClaims(p, time.Now())
 		}
-		if p.leasing && now.Sub(collected) >= p.cfg.lease() {
+		if p.leasing && now.Sub(collected) >= p.cfg.lease() && busy.CompareAndSwap(false, true) {
 			collected = now
-			p.lease.collect(context.WithoutCancel(ctx), p)
+			collecting.Go(func() {
+				defer busy.Store(false)
+				p.lease.collect(context.WithoutCancel(ctx), p)
+			})
 		}
 	}
 }

@@ -347,6 +347,14 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 	for i, it := range batch {
 		extra[i] = data.LeasedJob{Key: data.Key(it.job.ID), Seq: it.job.Seq}
 	}
+	// The lease's renewal waits for this write: it may not hang past the
+	// moment the lease's jobs are given up unless it is renewed. (Past
+	// that moment they were given up, just above.)
+	if giveUp := l.giveUpAt(p); !l.until.IsZero() && len(l.jobs) > 0 && time.Now().Before(giveUp) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, giveUp)
+		defer cancel()
+	}
 	if err := l.writeLocked(ctx, p, expect, extra); err != nil {
 		return err
 	}

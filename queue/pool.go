@@ -256,7 +256,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	go func() {
 		defer p.sweeping.Done()
 		defer sub.Unsubscribe()
-		p.sweeper(fetchCtx, seqs)
+		p.sweeper(fetchCtx, workCtx, seqs)
 	}()
 	p.log.Info().Int("workers", p.cfg.Workers).Int("prefetch", p.cfg.Prefetch).Int64("prefetch_bytes", p.cfg.PrefetchBytes).Str("consumer", ConsumerWorker).Bool("ledger", !p.cfg.NoLedger).Msg("workers started")
 	return nil
@@ -287,7 +287,21 @@ func (p *Pool) Stop(ctx context.Context) error {
 		// Only now, the pull drained: a job handed back before would come
 		// back into it, to be handed back again (see handBackAtStop).
 		close(p.halt)
-		p.sweeping.Wait()
+		// A sweep under way may finish within ctx; one that hangs on the
+		// server is cut off with the handlers. The next sweep, here or in
+		// another pool, does its steps again: a repeated dead letter is a
+		// duplicate by its ID.
+		swept := make(chan struct{})
+		go func() {
+			p.sweeping.Wait()
+			close(swept)
+		}()
+		select {
+		case <-swept:
+		case <-ctx.Done():
+			p.workCancel()
+			<-swept
+		}
 		select {
 		case <-p.finished:
 		case <-ctx.Done():

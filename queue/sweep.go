@@ -141,12 +141,13 @@ func (p *Pool) watchExhausted() (*nats.Subscription, chan uint64, error) {
 }
 
 // sweeper moves the job of every advisory, and runs sweep at start and every
-// AckWait, until ctx ends.
-func (p *Pool) sweeper(ctx context.Context, seqs <-chan uint64) {
+// AckWait, until ctx ends. Each step runs to its end, or a minute, unless
+// stepCtx ends first.
+func (p *Pool) sweeper(ctx, stepCtx context.Context, seqs <-chan uint64) {
 	t := time.NewTicker(p.cfg.AckWait)
 	defer t.Stop()
 	run := func(f func(context.Context) (int, error)) {
-		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		opCtx, cancel := context.WithTimeout(stepCtx, time.Minute)
 		defer cancel()
 		n, err := f(opCtx)
 		if err != nil {
