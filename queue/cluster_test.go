@@ -27,11 +27,21 @@ func onCluster(t *testing.T, nodes []*natsserver.Server, cfg queue.Config) []*qu
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		obj, err := queue.Provision(ctx, js, cfg, servertest.Logger(t))
-		cancel()
-		if err != nil {
-			t.Fatalf("provision through %s: %v", n.Name(), err)
+		// A request through a node that its routes do not carry yet
+		// goes unanswered: in a cluster just started, the interest of
+		// the others can still be on its way.
+		var obj *queue.Objects
+		for try := 1; ; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			obj, err = queue.Provision(ctx, js, cfg, servertest.Logger(t))
+			cancel()
+			if err == nil {
+				break
+			}
+			if try == 3 || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("provision through %s: %v", n.Name(), err)
+			}
+			t.Logf("provision through %s: %v; trying again", n.Name(), err)
 		}
 		objs = append(objs, obj)
 	}

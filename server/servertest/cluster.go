@@ -13,7 +13,7 @@ import (
 
 // StartCluster starts a JetStream cluster of n plain nats-servers on
 // loopback, each stored in its own temporary directory, and waits until
-// it has a meta leader. t.Cleanup shuts down the nodes still running.
+// every node routes to every other and the cluster has a meta leader. t.Cleanup shuts down the nodes still running.
 //
 // A clustered JetStream needs its routes configured before it starts, so
 // each node's route port is taken free beforehand; the client ports are
@@ -63,7 +63,7 @@ func StartCluster(t testing.TB, n int) []*natsserver.Server {
 	for {
 		current := 0
 		for _, s := range nodes {
-			if s.JetStreamIsCurrent() {
+			if s.JetStreamIsCurrent() && s.NumRemotes() == n-1 {
 				current++
 			}
 		}
