@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,10 +56,15 @@ func (p *Pool) fetch(ctx context.Context) {
 		case err == nil && budget > 0:
 			p.log.Warn().Int64("max_request_max_bytes", p.maxPullBytes).Msg("the next job is larger than WORKER's limit on one pull; raise it with nats consumer edit")
 		case err != nil:
-			// WORKER's limits may have changed since the pool started.
+			// WORKER's limits may have changed since the pool started, or
+			// WORKER may be gone.
 			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-			if info, ierr := p.obj.Worker.Info(opCtx); ierr == nil {
+			info, ierr := p.obj.Worker.Info(opCtx)
+			switch {
+			case ierr == nil:
 				p.keepPullLimits(info.Config)
+			case errors.Is(ierr, jetstream.ErrConsumerNotFound):
+				p.makeWorkerAnew(opCtx)
 			}
 			cancel()
 		}
@@ -168,4 +174,18 @@ func (p *Pool) admit(msg jetstream.Msg) {
 		return
 	}
 	p.fetched <- it
+}
+
+// makeWorkerAnew creates WORKER again, as Provision does, once someone
+// deleted it (nats consumer rm JOB WORKER): pulls would find nothing
+// otherwise, for good. The pool's consumer handles name WORKER, so they
+// reach the new one. It delivers every stored job from the start, those
+// this pool holds among them: the ledger and the leases keep each to one
+// run, as for any redelivery.
+func (p *Pool) makeWorkerAnew(ctx context.Context) {
+	if _, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log); err != nil {
+		p.log.Error().Err(err).Msg("consumer " + ConsumerWorker + " is gone and could not be created again; restart jobq")
+		return
+	}
+	p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: created it again")
 }

@@ -212,3 +212,30 @@ func TestProvisionRefusesStreamsItCannotWorkWith(t *testing.T) {
 		})
 	}
 }
+
+// An operator deleted WORKER while a pool runs (nats consumer rm JOB
+// WORKER). The pool makes it anew, with jobq's settings, and goes on
+// running jobs, rather than pull from nothing for good.
+func TestPoolMakesADeletedWorkerAnew(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxDeliver: 5})
+	c := newCounter()
+	b.startPool(t, c.wrap(ok))
+	b.enqueue(t, "job.before", "before-1", "x")
+	b.waitState(t, "before-1", data.StateDone)
+	if err := b.js.DeleteConsumer(context.Background(), queue.StreamJob, queue.ConsumerWorker); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job.after", "after-1", "x")
+	b.waitState(t, "after-1", data.StateDone)
+	b.waitDrained(t)
+	info, err := b.obj.Worker.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxDeliver != 5 {
+		t.Errorf("WORKER made anew with max deliver %d, want 5", info.Config.MaxDeliver)
+	}
+	c.wantOnce(t, "before-1")
+	c.wantOnce(t, "after-1")
+}
