@@ -235,3 +235,31 @@ func (l *Ledger) Leased(ctx context.Context, job *Job) (bool, error) {
 	}
 	return s.Holds(Key(job.ID), time.Now()), nil
 }
+
+// ReadLeases reads every lease key by key, through the bucket's API rather
+// than a batched direct get: on a bucket without direct gets its leader
+// answers. A lease that cannot be read is an error, as in Check.
+func (l *Ledger) ReadLeases(ctx context.Context) ([]Lease, error) {
+	lister, err := l.kv.ListKeysFiltered(ctx, LeasePrefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	defer lister.Stop()
+	var leases []Lease
+	for key := range lister.Keys() {
+		entry, err := l.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read lease %s: %w", key, err)
+		}
+		ls := Lease{Owner: key[len(LeasePrefix):], Revision: entry.Revision()}
+		if err := json.Unmarshal(entry.Value(), &ls); err != nil {
+			return nil, fmt.Errorf("lease %s: %w: %w", key, ErrCorruptRecord, err)
+		}
+		leases = append(leases, ls)
+	}
+	return leases, ctx.Err()
+}
+

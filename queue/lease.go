@@ -597,6 +597,33 @@ func (l *lease) close(p *Pool) {
 	}
 }
 
+// noLiveLeases refuses a pool that claims its jobs (see takesLeases) while
+// another pool's lease holds jobs: a copy of such a job (a re-drive, or a
+// republish after the dedupe window) has no record, so its claim would be
+// taken and it would run beside the leased run. Pools on one bucket must
+// all lease or all claim; they differ when direct gets on the bucket were
+// turned off while leasing pools ran. Those cannot lease new jobs any more
+// (their batched reads fail), so once their leased jobs end this passes.
+func (p *Pool) noLiveLeases(ctx context.Context) error {
+	leases, err := p.ledger.ReadLeases(ctx)
+	if err != nil {
+		return fmt.Errorf("read the leases of other pools: %w", err)
+	}
+	now := time.Now()
+	for _, ls := range leases {
+		if ls.Owner == p.lease.owner || !ls.Until.After(now) {
+			continue
+		}
+		for _, j := range ls.Jobs {
+			if !j.Orphan {
+				return fmt.Errorf("the pool of %s leases jobs on bucket %s until %s, while this one would claim each job, since the bucket answers no direct gets; pools on one bucket must all lease or all claim: restart the pools that lease, or start this one once their leases ended",
+					ls.Worker, BucketProcessed, ls.Until.Format(time.RFC3339))
+			}
+		}
+	}
+	return nil
+}
+
 // takesLeases reports whether leases work with obj: its server answers
 // batched reads and checks a write's expected sequence over a subject
 // filter (Nats-Expected-Last-Subject-Sequence-Subject), as nats-server 2.11

@@ -239,3 +239,41 @@ func TestPoolMakesADeletedWorkerAnew(t *testing.T) {
 	c.wantOnce(t, "before-1")
 	c.wantOnce(t, "after-1")
 }
+
+// An operator turned off direct gets on the ledger (nats stream edit
+// KV_processed --no-allow-direct) while a pool runs a job on its lease. A
+// pool started then would claim each job rather than lease it, and could
+// run a copy of that job (a re-drive, a republish after the dedupe window)
+// beside it: it refuses to start, naming the lease, until the leased jobs
+// ended.
+func TestClaimingPoolWaitsForTheLeasesOfOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: 3 * time.Second})
+	c := newCounter()
+	h, started, release := c.held(1)
+	b.startPool(t, h)
+	b.enqueue(t, "job.long", "long-1", "x")
+	<-started
+	b.editLedger(t, func(c *jetstream.StreamConfig, _ jetstream.StreamState) { c.AllowDirect = false })
+
+	// A jobq started now binds the bucket as it is.
+	obj, err := b.obj.Bind(context.Background(), b.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claiming := queue.NewPool(obj, c.wrap(ok), servertest.Logger(t))
+	err = claiming.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "leases jobs on bucket processed") {
+		t.Fatalf("a claiming pool beside a leased job: Start gave %v, want a refusal naming the lease", err)
+	}
+	close(release)
+	fresh := &testBundle{js: b.js, obj: obj, cfg: b.cfg}
+	fresh.waitState(t, "long-1", data.StateDone)
+	waitFor(t, 10*time.Second, func() error { return claiming.Start(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		claiming.Stop(ctx)
+	})
+	c.wantOnce(t, "long-1")
+}
