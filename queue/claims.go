@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
@@ -76,9 +77,11 @@ func (p *Pool) claimAll(ctx context.Context) {
 
 // refused reports whether a failed ledger write is the server's refusal,
 // which stored nothing, rather than an answer that never came, or a claim
-// found live that may be the write's own.
+// found live that may be the write's own. A write that reached no stream
+// (no responders: the bucket gone, or its leader moving) stored nothing
+// either.
 func refused(err error) bool {
-	return !errors.Is(err, data.ErrClaimed) && errors.As(err, new(*jetstream.APIError))
+	return !errors.Is(err, data.ErrClaimed) && (errors.As(err, new(*jetstream.APIError)) || errors.Is(err, nats.ErrNoResponders))
 }
 
 // claimed settles a job's claim and reports whether a worker should run it.
