@@ -262,4 +262,3 @@ func (l *Ledger) ReadLeases(ctx context.Context) ([]Lease, error) {
 	}
 	return leases, ctx.Err()
 }
-

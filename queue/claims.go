@@ -157,7 +157,10 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
 	}
 	log := *p.jobLog(it.job)
-	if err == nil && !time.Now().Before(p.claimGiveUpAt(&claim)) {
+	// The heartbeats renew a claim once it is due, up to a heartbeat and a
+	// tick after its job's last InProgress: a claim to be given up before
+	// then is renewed now.
+	if err == nil && !time.Now().Add(p.cfg.heartbeat()*5/4).Before(p.claimGiveUpAt(&claim)) {
 		// The claim, sent when the job was fetched, was settled only now,
 		// after the jobs ahead of it: nothing renewed it meanwhile, and
 		// once it ended another pool could take the job over. It is

@@ -196,15 +196,9 @@ func TestProvisionKeepsTheReplicasItFinds(t *testing.T) {
 	nodes := servertest.StartCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, err := jetstream.New(servertest.ConnectNode(t, nodes[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := onCluster(t, nodes[:1], queue.Config{Replicas: 3})[0].JS
 	log := servertest.Logger(t)
-	if _, err := queue.Provision(ctx, js, queue.Config{Replicas: 3}, log); err != nil {
-		t.Fatal(err)
-	}
-	_, err = queue.Provision(ctx, js, queue.Config{}, log)
+	_, err := queue.Provision(ctx, js, queue.Config{}, log)
 	if !errors.Is(err, queue.ErrConflict) || !strings.Contains(err.Error(), "stream JOB has 3 replicas, --replicas is 1; pass --replicas 3") {
 		t.Errorf("provision with 1 replica over 3: got %v, want a conflict naming JOB's replicas", err)
 	}

@@ -294,7 +294,11 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 	job := &data.Job{ID: d.ID, Subject: d.Subject, Seq: d.JobSeq}
 	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
 	defer ledger.Close()
-	if err := ledger.KeepRecord(ctx, job, d.Error, takesLeases(obj)); err != nil {
+	leases, err := takesLeases(obj)
+	if err != nil {
+		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
+	}
+	if err := ledger.KeepRecord(ctx, job, d.Error, leases); err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}
 	m := nats.NewMsg(d.Subject)

@@ -628,15 +628,33 @@ func (p *Pool) noLiveLeases(ctx context.Context) error {
 // batched reads and checks a write's expected sequence over a subject
 // filter (Nats-Expected-Last-Subject-Sequence-Subject), as nats-server 2.11
 // and later do, and its bucket allows direct gets. Every pool on a bucket
-// must agree, so a bucket that cannot be read now is taken to be jobq's,
-// which allows them.
-func takesLeases(obj *Objects) bool {
+// must agree, so a bucket that cannot be read now is an error, not a guess:
+// a pool that claimed beside leasing ones could run a copy of a leased job,
+// and one that leased on a bucket without direct gets would run nothing.
+func takesLeases(obj *Objects) (bool, error) {
 	var major, minor int
 	if _, err := fmt.Sscanf(obj.JS.Conn().ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil || major < 2 || major == 2 && minor < 11 {
-		return false
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	s, err := obj.JS.Stream(ctx, "KV_"+BucketProcessed)
-	return err != nil || s.CachedInfo().Config.AllowDirect
+	if err != nil {
+		return false, fmt.Errorf("read bucket %s, to tell whether its pools lease jobs: %w", BucketProcessed, err)
+	}
+	return s.CachedInfo().Config.AllowDirect, nil
+}
+
+// decideLeasing settles whether p leases its jobs, if NewPool could not
+// tell (see takesLeases).
+func (p *Pool) decideLeasing() error {
+	if p.leasingErr == nil {
+		return nil
+	}
+	leasing, err := takesLeases(p.obj)
+	if err != nil {
+		return err
+	}
+	p.leasing, p.leasingErr = leasing, nil
+	return nil
 }

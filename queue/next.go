@@ -32,6 +32,9 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 		return h.Process(ctx, job)
 	})
 	p.handler = counted
+	if err := p.decideLeasing(); err != nil {
+		return false, err
+	}
 	if !p.leasing && !cfg.NoLedger {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		err := p.noLiveLeases(opCtx)

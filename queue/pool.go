@@ -84,6 +84,9 @@ type Pool struct {
 	// leasing: the server takes lease writes (see data's Leases); with
 	// one too old, every job is claimed first.
 	leasing bool
+	// leasingErr: NewPool could not tell whether to lease; Start and Next
+	// ask again, and fail if they cannot tell either.
+	leasingErr error
 
 	running     atomic.Bool
 	stopping    atomic.Bool   // Stop began: no handler starts any more
@@ -189,9 +192,11 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		dones:     make(chan *inflight, max(cfg.Prefetch-1, 1)),
 		beats:     &heartbeats{jobs: map[*inflight]struct{}{}},
 		lease:     newLease(),
-		leasing:   !cfg.NoLedger && takesLeases(obj),
 		bigAt:     -1,
 		fetchWait: cfg.FetchWait,
+	}
+	if !cfg.NoLedger {
+		p.leasing, p.leasingErr = takesLeases(obj)
 	}
 	if info := obj.Worker.CachedInfo(); info != nil {
 		p.keepPullLimits(info.Config)
@@ -204,6 +209,10 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 func (p *Pool) Start(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("worker pool already started")
+	}
+	if err := p.decideLeasing(); err != nil {
+		p.running.Store(false)
+		return err
 	}
 	if !p.leasing && !p.cfg.NoLedger {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)

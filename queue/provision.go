@@ -257,6 +257,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 	// A record must live its TTL: no limit may evict it sooner, and a full
 	// bucket refuses writes rather than drop old records.
 	next.MaxMsgs, next.MaxBytes, next.Discard, next.NoAck = -1, -1, jetstream.DiscardNew, false
+	next.DiscardNewPerSubject = false // it would refuse every second write of a key
 	next.MaxMsgsPerSubject = max(next.MaxMsgsPerSubject, 1)
 	if reflect.DeepEqual(have, next) {
 		return kv, nil

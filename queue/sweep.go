@@ -87,11 +87,14 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		return false, nil
 	case err == nil && rec.State == data.StateRunning && time.Now().Before(rec.LeaseUntil):
 		return false, nil // its holder is still running it
-	case errors.Is(err, data.ErrNotFound):
+	case errors.Is(err, data.ErrNotFound) && p.leasing:
 		// It may run on a pool's lease, as a job without a record does.
+		// (Pools that claim run no job without a record, and read no
+		// leases: their bucket answers no batched reads.)
 		if held, err := p.ledger.Leased(ctx, job); err != nil || held {
 			return false, err
 		}
+	case errors.Is(err, data.ErrNotFound):
 	case err != nil && !errors.Is(err, data.ErrCorruptRecord):
 		return false, err
 	}
