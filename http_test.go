@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -250,19 +251,56 @@ func TestHTTPRefusesOtherHostNames(t *testing.T) {
 	}
 }
 
-// /readyz says ready while the workers cannot fetch a single job: it reads
-// only JOB, not WORKER (nor DLQ or the ledger), and the pool keeps
-// Running while every pull is refused.
+// /readyz says 503 while the workers cannot fetch a single job: it reads
+// WORKER too (and DLQ and the ledger), not only JOB, since the pool keeps
+// Running while every pull is refused. A pool makes a deleted WORKER anew
+// at its next pull, so here the check is given a consumer that is gone
+// for good.
 func TestHTTPReadyzWithoutWorkerConsumer(t *testing.T) {
 	t.Parallel()
 	base, obj := servedWithDashboard(t, dashboard.Auth{})
 	ctx := context.Background()
+	// (JOB, a work queue, takes no second consumer.)
+	gone, err := obj.JS.CreateConsumer(ctx, queue.StreamDLQ, jetstream.ConsumerConfig{Durable: "GONE", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.JS.DeleteConsumer(ctx, queue.StreamDLQ, "GONE"); err != nil {
+		t.Fatal(err)
+	}
+	without := *obj
+	without.Worker = gone
+	log := servertest.Logger(t)
+	pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), log)
+	if err := pool.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pool.Stop(ctx)
+	})
+	hs := startHTTP(listenLocal(t), &without, pool, nil, prometheus.NewRegistry(), nil, nil, dashboard.Auth{}, log)
+	t.Cleanup(func() { hs.Shutdown(context.Background()) })
+	resp, body := doHTTP(t, http.MethodGet, "http://"+hs.Addr+"/readyz", "", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "consumer WORKER") {
+		t.Errorf("GET /readyz with the workers' consumer gone: got %d %s, want 503 naming it", resp.StatusCode, strings.TrimSpace(body))
+	}
+
+	// WORKER itself, deleted, is made anew: ready again.
 	if err := obj.JS.DeleteConsumer(ctx, queue.StreamJob, queue.ConsumerWorker); err != nil {
 		t.Fatalf("delete %s: %v", queue.ConsumerWorker, err)
 	}
-	resp, body := doHTTP(t, http.MethodGet, base+"/readyz", "", nil)
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("GET /readyz with %s deleted (every pull refused): got %d %s, want 503", queue.ConsumerWorker, resp.StatusCode, strings.TrimSpace(body))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, body := doHTTP(t, http.MethodGet, base+"/readyz", "", nil)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /readyz 10s after %s was deleted: got %d %s, want 200 once the pool made it anew", queue.ConsumerWorker, resp.StatusCode, strings.TrimSpace(body))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
