@@ -645,16 +645,21 @@ func takesLeases(obj *Objects) (bool, error) {
 	return s.CachedInfo().Config.AllowDirect, nil
 }
 
-// decideLeasing settles whether p leases its jobs, if NewPool could not
-// tell (see takesLeases).
-func (p *Pool) decideLeasing() error {
-	if p.leasingErr == nil {
+// settleProtocol settles, before p runs a job, whether it leases its jobs
+// or claims each one, if NewPool could not tell (see takesLeases); a pool
+// that claims checks that no other pool leases jobs (see noLiveLeases).
+func (p *Pool) settleProtocol(ctx context.Context) error {
+	if p.leasingErr != nil {
+		leasing, err := takesLeases(p.obj)
+		if err != nil {
+			return err
+		}
+		p.leasing, p.leasingErr = leasing, nil
+	}
+	if p.leasing || p.cfg.NoLedger {
 		return nil
 	}
-	leasing, err := takesLeases(p.obj)
-	if err != nil {
-		return err
-	}
-	p.leasing, p.leasingErr = leasing, nil
-	return nil
+	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	return p.noLiveLeases(opCtx)
 }

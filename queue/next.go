@@ -32,16 +32,8 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 		return h.Process(ctx, job)
 	})
 	p.handler = counted
-	if err := p.decideLeasing(); err != nil {
+	if err := p.settleProtocol(ctx); err != nil {
 		return false, err
-	}
-	if !p.leasing && !cfg.NoLedger {
-		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := p.noLiveLeases(opCtx)
-		cancel()
-		if err != nil {
-			return false, err
-		}
 	}
 	deadline := time.Now().Add(wait)
 	for first := true; !ran; first = false {

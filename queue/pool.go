@@ -210,18 +210,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("worker pool already started")
 	}
-	if err := p.decideLeasing(); err != nil {
+	if err := p.settleProtocol(ctx); err != nil {
 		p.running.Store(false)
 		return err
-	}
-	if !p.leasing && !p.cfg.NoLedger {
-		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := p.noLiveLeases(opCtx)
-		cancel()
-		if err != nil {
-			p.running.Store(false)
-			return err
-		}
 	}
 	sub, seqs, err := p.watchExhausted()
 	if err != nil {
