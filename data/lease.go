@@ -244,7 +244,13 @@ func (l *Ledger) ReadLeases(ctx context.Context) ([]Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
-	defer lister.Stop()
+	defer func() {
+		lister.Stop()
+		go func() {
+			for range lister.Keys() { // its goroutine ends once they are taken
+			}
+		}()
+	}()
 	var leases []Lease
 	for key := range lister.Keys() {
 		entry, err := l.kv.Get(ctx, key)
@@ -256,7 +262,7 @@ func (l *Ledger) ReadLeases(ctx context.Context) ([]Lease, error) {
 		}
 		ls := Lease{Owner: key[len(LeasePrefix):], Revision: entry.Revision()}
 		if err := json.Unmarshal(entry.Value(), &ls); err != nil {
-			return nil, fmt.Errorf("lease %s: %w: %w", key, ErrCorruptRecord, err)
+			return nil, fmt.Errorf("lease %s: %w: %w (it could hide a running job; if no jobq worker wrote it, delete the key)", key, ErrCorruptRecord, err)
 		}
 		leases = append(leases, ls)
 	}

@@ -18,6 +18,11 @@ var (
 	// ErrClaimLost: the claim was taken over (its lease expired) or the
 	// record vanished; the holder must not record an outcome.
 	ErrClaimLost = errors.New("claim lost")
+	// ErrDeadLettered: this very copy of the job (its stream sequence,
+	// stored before the record's first attempt) was dead-lettered; its
+	// removal from the stream did not happen, so it came again. Do not run
+	// it: its dead letter is stored, and a re-drive is a new copy.
+	ErrDeadLettered = errors.New("job already dead-lettered")
 	// ErrNotFound: no record for the job ID (pending, unknown or expired).
 	ErrNotFound = errors.New("no ledger record")
 )
@@ -54,7 +59,8 @@ type Claim struct {
 }
 
 // Claim records that worker runs job now. It returns ErrAlreadyDone if the
-// job's completion is recorded and ErrClaimed if another live claim holds it;
+// job's completion is recorded, ErrDeadLettered if this copy of it was
+// dead-lettered, and ErrClaimed if another live claim holds it;
 // with either, the returned Claim's Record is the existing record. A claim
 // that takes over an expired one, or follows an attempt that was cut off,
 // sets Record.Resumed and job.Resumed.
@@ -97,6 +103,11 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 		case prev.State == StateRunning && now.Before(prev.LeaseUntil):
 			c.Record = prev
 			return c, ErrClaimed
+		case prev.State == StateFailed && prev.Seq == job.Seq && !job.EnqueuedAt.IsZero() && !job.EnqueuedAt.After(prev.FirstAt):
+			// The record's time tells this copy from a job stored under
+			// the same sequence in a stream made anew since.
+			c.Record = prev
+			return c, ErrDeadLettered
 		default:
 			// An expired claim, a failed attempt, a cut-off attempt or a
 			// dead-lettered job being run again.

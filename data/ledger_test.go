@@ -337,3 +337,36 @@ func TestLedgerClaimThatKeepsLosingIsNotClaimed(t *testing.T) {
 		t.Errorf("claim that lost every compare-and-set: got %v, want an error that is neither ErrClaimed nor ErrAlreadyDone", err)
 	}
 }
+
+// The very copy of a job that was dead-lettered (its stream sequence,
+// stored before its record's first attempt), delivered again, is not
+// claimed; a copy stored later under the same sequence, in a stream made
+// anew, and a re-drive under a new sequence are.
+func TestLedgerDoesNotClaimTheCopyThatWasDeadLettered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := data.NewLedger(newKV(t), time.Minute, nil)
+	stored := time.Now().Add(-time.Minute)
+	job := &data.Job{ID: "d", Subject: "job.x", Seq: 7, EnqueuedAt: stored}
+	c, err := l.Claim(ctx, job, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Fail(ctx, &c, time.Second, "card declined"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, &data.Job{ID: "d", Subject: "job.x", Seq: 7, EnqueuedAt: stored}, "w"); !errors.Is(err, data.ErrDeadLettered) {
+		t.Errorf("claim of the dead-lettered copy again: got %v, want ErrDeadLettered", err)
+	}
+	later := &data.Job{ID: "d", Subject: "job.x", Seq: 7, EnqueuedAt: time.Now().Add(time.Hour)}
+	if _, err := l.Claim(ctx, later, "w"); err != nil {
+		t.Errorf("claim of a copy stored later under the same sequence: %v, want a claim", err)
+	}
+	redrive := &data.Job{ID: "d", Subject: "job.x", Seq: 9, EnqueuedAt: time.Now()}
+	l2 := data.NewLedger(newKV(t), time.Minute, nil)
+	c2, _ := l2.Claim(ctx, &data.Job{ID: "d", Subject: "job.x", Seq: 7, EnqueuedAt: stored}, "w")
+	l2.Fail(ctx, &c2, time.Second, "boom")
+	if _, err := l2.Claim(ctx, redrive, "w"); err != nil {
+		t.Errorf("claim of a re-drive (a new sequence): %v, want a claim", err)
+	}
+}

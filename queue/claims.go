@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
@@ -77,11 +76,9 @@ func (p *Pool) claimAll(ctx context.Context) {
 
 // refused reports whether a failed ledger write is the server's refusal,
 // which stored nothing, rather than an answer that never came, or a claim
-// found live that may be the write's own. A write that reached no stream
-// (no responders: the bucket gone, or its leader moving) stored nothing
-// either.
+// found live that may be the write's own.
 func refused(err error) bool {
-	return !errors.Is(err, data.ErrClaimed) && (errors.As(err, new(*jetstream.APIError)) || errors.Is(err, nats.ErrNoResponders))
+	return !errors.Is(err, data.ErrClaimed) && errors.As(err, new(*jetstream.APIError))
 }
 
 // claimed settles a job's claim and reports whether a worker should run it.
@@ -102,78 +99,93 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	} else {
 		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
 	}
-	for backoff, retried := 50*time.Millisecond, false; err != nil && !errors.Is(err, data.ErrAlreadyDone); retried = true {
-		wait := backoff
-		if errors.Is(err, data.ErrClaimed) {
-			if !retried || claim.Record.Seq != it.job.Seq {
-				break
+	log := *p.jobLog(it.job)
+	// landed: a claim write of this job's may have been stored, though its
+	// answer never came (the ledger did not refuse it), or a live claim
+	// holds the job that may be this pool's own. Any such write counts,
+	// not only the last: the last may fail otherwise, as a read.
+	landed := err != nil && !refused(err)
+	for {
+		for backoff, retried := 50*time.Millisecond, false; err != nil && !errors.Is(err, data.ErrAlreadyDone) && !errors.Is(err, data.ErrDeadLettered); retried = true {
+			wait := backoff
+			if errors.Is(err, data.ErrClaimed) {
+				if !retried || claim.Record.Seq != it.job.Seq {
+					break
+				}
+				// A claim write whose answer was lost may have landed: the live
+				// claim on this very copy of the job is most likely this
+				// pool's own. Wait it out, holding the job, rather than
+				// release it and spend a delivery.
+				wait = time.Until(claim.Record.LeaseUntil) + 100*time.Millisecond
+			} else {
+				backoff = min(2*backoff, 5*time.Second)
 			}
-			// A claim write whose answer was lost may have landed: the live
-			// claim on this very copy of the job is most likely this
-			// pool's own. Wait it out, holding the job, rather than
-			// release it and spend a delivery.
-			wait = time.Until(claim.Record.LeaseUntil) + 100*time.Millisecond
-		} else {
-			backoff = min(2*backoff, 5*time.Second)
-		}
-		p.jobLog(it.job).Warn().Err(err).Dur("retry_in", wait).Msg("claim job: retrying")
-		giveUp, timer := false, time.NewTimer(wait)
-	waiting:
-		for {
-			select {
-			case <-timer.C:
-				break waiting
-			case <-halt:
-				// Stop began: the job goes back, unless it runs still or
-				// its claim may have landed (the ledger did not refuse
-				// it): a live claim of this pool's would hold the job's
-				// next delivery too, spending it. That one waits its
-				// claim out, as before Stop.
-				halt = nil
-				if !p.keepAtStop(it) && refused(err) {
+			p.jobLog(it.job).Warn().Err(err).Dur("retry_in", wait).Msg("claim job: retrying")
+			giveUp, timer := false, time.NewTimer(wait)
+		waiting:
+			for {
+				select {
+				case <-timer.C:
+					break waiting
+				case <-halt:
+					// Stop began: the job goes back, unless it runs still or
+					// its claim may have landed (the ledger did not refuse
+					// it): a live claim of this pool's would hold the job's
+					// next delivery too, spending it. That one waits its
+					// claim out, as before Stop.
+					halt = nil
+					if !p.keepAtStop(it) && !landed {
+						giveUp = true
+						break waiting
+					}
+				case <-stop:
 					giveUp = true
 					break waiting
 				}
-			case <-stop:
-				giveUp = true
-				break waiting
 			}
-		}
-		timer.Stop()
-		if giveUp {
-			p.beats.remove(it)
-			log := *p.jobLog(it.job)
-			// A live claim that may be this pool's own, cut short by the
-			// shutdown timeout: the job comes back once it ended, rather
-			// than find it live and go back again, spending a delivery.
-			var delay time.Duration
-			if errors.Is(err, data.ErrClaimed) {
-				delay = max(time.Until(claim.Record.LeaseUntil)+time.Second, 0)
+			timer.Stop()
+			if giveUp {
+				p.beats.remove(it)
+				log := *p.jobLog(it.job)
+				// A live claim that may be this pool's own, cut short by the
+				// shutdown timeout: the job comes back once it ended, rather
+				// than find it live and go back again, spending a delivery.
+				var delay time.Duration
+				if errors.Is(err, data.ErrClaimed) {
+					delay = max(time.Until(claim.Record.LeaseUntil)+time.Second, 0)
+				}
+				log.Info().Dur("retry_in", delay).Msg("shutdown before the job's claim: released")
+				p.nak(it.msg, delay, log)
+				return false
 			}
-			log.Info().Dur("retry_in", delay).Msg("shutdown before the job's claim: released")
-			p.nak(it.msg, delay, log)
-			return false
+			claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
+			landed = landed || err != nil && !refused(err)
 		}
-		claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
-	}
-	log := *p.jobLog(it.job)
-	// The heartbeats renew a claim once it is due, up to a heartbeat and a
-	// tick after its job's last InProgress: a claim to be given up before
-	// then is renewed now.
-	if err == nil && !time.Now().Add(p.cfg.heartbeat()*5/4).Before(p.claimGiveUpAt(&claim)) {
-		// The claim, sent when the job was fetched, was settled only now,
-		// after the jobs ahead of it: nothing renewed it meanwhile, and
-		// once it ended another pool could take the job over. It is
-		// renewed before the job runs, or the job goes back.
+		// The heartbeats renew a claim once it is due, up to a heartbeat
+		// and a tick after its job's last InProgress. A claim to be given
+		// up before then (sent when the job was fetched and settled only
+		// now, after the jobs ahead of it, with nothing to renew it
+		// meanwhile) is renewed now: once it ended, another pool could
+		// take the job over.
+		if err != nil || time.Now().Add(p.cfg.heartbeat()*5/4).Before(p.claimGiveUpAt(&claim)) {
+			break
+		}
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		rerr := p.ledger.Renew(opCtx, &claim)
 		cancel()
-		if rerr != nil {
+		if rerr == nil {
+			break
+		}
+		if errors.Is(rerr, data.ErrClaimLost) {
 			p.beats.remove(it)
-			log.Warn().Err(rerr).Msg("claim ended before the job could start: released")
-			p.nak(it.msg, time.Second, log)
+			log.Warn().Err(rerr).Msg("claim taken over before the job could start: released")
+			p.nak(it.msg, p.cfg.lease(), log)
 			return false
 		}
+		// The renewal may have landed: the claim is settled again, as one
+		// whose answer was lost, the job held with heartbeats meanwhile.
+		log.Warn().Err(rerr).Msg("renew a claim settled late: settling it again")
+		err, landed = rerr, true
 	}
 	if err == nil && claim.Replaced == nil && !it.job.Resumed {
 		it.setClaim(claim) // the plain case: a fresh claim
@@ -189,6 +201,11 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	switch {
 	case errors.Is(err, data.ErrAlreadyDone):
 		log.Debug().Msg("job already done: acked without running")
+		p.cfg.Metrics.jobSkipped(it.job.Subject)
+		p.ack(opCtx, it.msg, log)
+		return false
+	case errors.Is(err, data.ErrDeadLettered):
+		log.Warn().Msg("job dead-lettered already, delivered again: acked without running")
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)
 		return false

@@ -267,8 +267,8 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 	}
 	log.Info().Str("bucket", BucketProcessed).Stringer("ttl_was", have.MaxAge).Stringer("ttl", cfg.ProcessedTTL).
 		Int64("max_msgs_was", have.MaxMsgs).Int64("max_bytes_was", have.MaxBytes).Stringer("discard_was", have.Discard).
-		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("no_ack_was", have.NoAck).
-		Msg("bucket updated in place")
+		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("discard_new_per_subject_was", have.DiscardNewPerSubject).
+		Bool("no_ack_was", have.NoAck).Msg("bucket updated in place")
 	return js.KeyValue(ctx, BucketProcessed)
 }
 

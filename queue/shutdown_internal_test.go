@@ -2,13 +2,9 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
@@ -80,24 +76,5 @@ func stopWaitingOutALandedClaim(t *testing.T, shutdownTimeout time.Duration) {
 	rec, _ := l.Get(ctx, "J")
 	if runs.Load() != 1 || info.State.Msgs != 0 {
 		t.Errorf("J, on delivery 1 of 2 at a stop with a %s timeout, ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", shutdownTimeout, runs.Load(), info.State.Msgs, rec)
-	}
-}
-
-// refused tells a ledger write that stored nothing, whose job Stop may hand
-// back at once, from one whose answer never came, which may have landed.
-func TestRefusedTellsAWriteThatStoredNothing(t *testing.T) {
-	for _, tt := range []struct {
-		err  error
-		want bool
-	}{
-		{&jetstream.APIError{Code: 500, ErrorCode: 10077, Description: "maximum messages exceeded"}, true},
-		{fmt.Errorf("claim job j: %w", nats.ErrNoResponders), true},
-		{fmt.Errorf("claim job j: %w", context.DeadlineExceeded), false},
-		{nats.ErrTimeout, false},
-		{fmt.Errorf("%w: held by w", data.ErrClaimed), false},
-	} {
-		if got := refused(tt.err); got != tt.want {
-			t.Errorf("refused(%v) = %v, want %v", tt.err, got, tt.want)
-		}
 	}
 }
