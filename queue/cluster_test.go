@@ -225,3 +225,44 @@ func TestProvisionKeepsTheReplicasItFinds(t *testing.T) {
 		t.Errorf("provision over a replicated bucket with direct gets: got %v, want a conflict saying how to turn them off", err)
 	}
 }
+
+// A replicated WORKER sends a pull's jobs once their delivery is agreed on,
+// and the word that ends the pull at once, so that word can come ahead of
+// the pull's last jobs. A pool takes them still: every job of a backlog
+// runs once, on its first delivery, and none is dead-lettered. Ended on
+// the word, the pull handed them back, a delivery spent each time, and
+// after three they were dead-lettered unrun.
+func TestReplicatedPullsKeepTheirLastJobs(t *testing.T) {
+	t.Parallel()
+	objs := onCluster(t, servertest.StartCluster(t, 3), queue.Config{Workers: 4, Prefetch: 4, Replicas: 3, AckWait: 3 * time.Second})
+	b := &testBundle{js: objs[0].JS, obj: objs[0], prod: queue.NewProducer(objs[0].JS, objs[0].Config), cfg: objs[0].Config}
+	const n = 200
+	for i := range n {
+		b.enqueue(t, "job.backlog", fmt.Sprintf("job-%d", i), "x")
+	}
+	var mu sync.Mutex
+	late := map[string]int{}
+	c := newCounter()
+	(&testBundle{obj: objs[1]}).startPool(t, c.wrap(func(_ context.Context, job *data.Job) error {
+		if job.Attempt > 1 {
+			mu.Lock()
+			late[job.ID] = job.Attempt
+			mu.Unlock()
+		}
+		return nil
+	}))
+	b.waitDrained(t)
+	for i := range n {
+		if id := fmt.Sprintf("job-%d", i); c.get(id) != 1 {
+			t.Errorf("job %s ran %d times, want 1", id, c.get(id))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(late) > 0 {
+		t.Errorf("%d jobs ran on a later delivery, with no failure (e.g. %v): their first deliveries were handed back", len(late), late)
+	}
+	if st := b.status(t); st.DLQ.Messages != 0 {
+		t.Errorf("DLQ holds %d dead letters, want none: no job failed", st.DLQ.Messages)
+	}
+}

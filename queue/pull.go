@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -112,9 +113,14 @@ type pull struct {
 	mu    sync.Mutex
 	got   int
 	bytes int64 // as the server counts them for max_bytes
-	ended bool
-	err   error
-	done  chan struct{} // closed when the pull ends
+	// sent, once the server's word that ended the pull came ahead of some
+	// of its jobs: how many it sent in all; endErr is what that word
+	// meant. The pull ends once they are in (or its timer runs out).
+	sent   int
+	endErr error
+	ended  bool
+	err    error
+	done   chan struct{} // closed when the pull ends
 }
 
 // receive takes one message of the pull: a job, or the server's word that
@@ -133,25 +139,38 @@ func (pl *pull) receive(m *nats.Msg) {
 	// The server's word has no reply subject; every job has one, its ack
 	// subject, so a job with a Status header and no payload is still a job.
 	if code := m.Header.Get("Status"); m.Reply == "" && code != "" && len(m.Data) == 0 {
+		var err error
 		switch desc := m.Header.Get("Description"); {
 		case code == "100": // idle heartbeat
+			return
 		case code == "404" || code == "408": // no jobs, or the wait ran out
-			pl.endLocked(nil)
 		case code == "409" && desc == "Message Size Exceeds MaxBytes":
-			pl.endLocked(nil) // the next job does not fit; see fetch
+			// the next job does not fit; see fetch
 		case code == "409" && desc == "Batch Completed":
-			pl.endLocked(nil) // after the batch's last job, which ended it already
 		default:
-			pl.endLocked(fmt.Errorf("%w: %s %s", errPullRefused, code, desc))
+			err = fmt.Errorf("%w: %s %s", errPullRefused, code, desc)
 		}
+		// A replicated WORKER sends each job once its delivery is agreed
+		// on, but its word at once: the word can overtake the pull's
+		// last jobs. It tells how many of the batch it did not send; the
+		// pull waits for the others, or they would be handed back, a
+		// delivery spent each time, till they were dead-lettered unrun.
+		if left, perr := strconv.Atoi(m.Header.Get("Nats-Pending-Messages")); perr == nil && pl.n-left > pl.got {
+			pl.sent, pl.endErr = pl.n-left, err
+			return
+		}
+		pl.endLocked(err)
 		return
 	}
 	pl.got++
 	pl.bytes += int64(m.Size())
 	pl.admit(newJobMsg(m))
-	// The server ends the pull silently once its batch or its bytes are
-	// used up.
-	if pl.got >= pl.n || pl.maxBytes > 0 && pl.bytes >= pl.maxBytes {
+	switch {
+	case pl.sent > 0 && pl.got >= pl.sent:
+		pl.endLocked(pl.endErr)
+	case pl.got >= pl.n || pl.maxBytes > 0 && pl.bytes >= pl.maxBytes:
+		// The server ends the pull silently once its batch or its bytes
+		// are used up.
 		pl.endLocked(nil)
 	}
 }
