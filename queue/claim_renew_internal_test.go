@@ -39,20 +39,8 @@ func TestRenewalFailureBeforeStartSpendsNoDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const ackWait = 6 * time.Second // heartbeat 2s, claim 4s, give-up 3s after the claim
-	obj := objectsWith(t, Config{AckWait: ackWait, MaxDeliver: 2, Workers: 1,
+	obj := claimingObjects(t, Config{AckWait: ackWait, MaxDeliver: 2, Workers: 1,
 		RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
-	st, err := obj.JS.Stream(ctx, "KV_"+BucketProcessed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scfg := st.CachedInfo().Config
-	scfg.AllowDirect = false // as a replicated bucket jobq creates
-	if _, err := obj.JS.UpdateStream(ctx, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if obj.Ledger, err = obj.JS.KeyValue(ctx, BucketProcessed); err != nil {
-		t.Fatal(err)
-	}
 	failedBefore(t, obj, "H") // H has a record: claimed synchronously, ahead of X
 	prod := NewProducer(obj.JS, obj.Config)
 	for _, id := range []string{"H", "X"} {

@@ -183,7 +183,13 @@ func (p *Pool) admit(msg jetstream.Msg) {
 // this pool holds among them: the ledger and the leases keep each to one
 // run, as for any redelivery.
 func (p *Pool) makeWorkerAnew(ctx context.Context) {
-	if _, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log); err != nil {
+	_, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		// Another pool made it first, with its own settings.
+		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: another pool created it again")
+		return
+	}
+	if err != nil {
 		p.log.Error().Err(err).Msg("consumer " + ConsumerWorker + " is gone and could not be created again; restart jobq")
 		return
 	}

@@ -99,6 +99,29 @@ func objectsWith(t *testing.T, cfg Config) *Objects {
 	return obj
 }
 
+// claimingObjects provisions jobq as objectsWith does, with a bucket that
+// answers no direct gets, as jobq creates a replicated one: its pools
+// claim every job first rather than lease them.
+func claimingObjects(t *testing.T, cfg Config) *Objects {
+	t.Helper()
+	obj := objectsWith(t, cfg)
+	ctx := context.Background()
+	st, err := obj.JS.Stream(ctx, "KV_"+BucketProcessed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := st.CachedInfo().Config
+	scfg.AllowDirect = false
+	if _, err := obj.JS.UpdateStream(ctx, scfg); err != nil {
+		t.Fatal(err)
+	}
+	// A handle that reads it without direct gets, as Provision makes.
+	if obj.Ledger, err = obj.JS.KeyValue(ctx, BucketProcessed); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
 // startPool starts p, and stops it when the test ends.
 func startPool(t *testing.T, p *Pool) {
 	t.Helper()

@@ -59,22 +59,35 @@ func stopWaitingOutALandedClaim(t *testing.T, shutdownTimeout time.Duration) {
 	if err := p.Stop(sctx); err != nil {
 		t.Fatal(err)
 	}
-	var runs atomic.Int32
-	p2 := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		runs.Add(1)
+	runs, dead := runsAfterStop(t, obj)
+	rec, _ := l.Get(ctx, "J")
+	if runs != 1 || dead != 0 {
+		t.Errorf("J, on delivery 1 of 2 at a stop with a %s timeout, ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", shutdownTimeout, runs, dead, rec)
+	}
+}
+
+// runsAfterStop starts another pool on obj, after one stopped, and reports
+// how often it ran the job and how many dead letters DLQ holds once the
+// job ran or was dead-lettered (or 15s passed).
+func runsAfterStop(t *testing.T, obj *Objects) (runs int32, dead uint64) {
+	t.Helper()
+	ctx := context.Background()
+	var n atomic.Int32
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		n.Add(1)
 		return nil
 	}), servertest.Logger(t))
-	startPool(t, p2)
-	deadline = time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) && runs.Load() == 0 {
+	startPool(t, p)
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && n.Load() == 0 {
 		if info, _ := obj.Dead.Info(ctx); info != nil && info.State.Msgs > 0 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	info, _ := obj.Dead.Info(ctx)
-	rec, _ := l.Get(ctx, "J")
-	if runs.Load() != 1 || info.State.Msgs != 0 {
-		t.Errorf("J, on delivery 1 of 2 at a stop with a %s timeout, ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", shutdownTimeout, runs.Load(), info.State.Msgs, rec)
+	info, err := obj.Dead.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return n.Load(), info.State.Msgs
 }

@@ -40,22 +40,8 @@ func (k landedTimeoutFor) Update(ctx context.Context, key string, value []byte, 
 func TestClaimThatEndedWhileQueuedIsRenewedOrReleased(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	obj := objectsWith(t, Config{AckWait: 3 * time.Second, MaxDeliver: 20, Workers: 4,
+	obj := claimingObjects(t, Config{AckWait: 3 * time.Second, MaxDeliver: 20, Workers: 4,
 		RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
-	st, err := obj.JS.Stream(ctx, "KV_"+BucketProcessed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scfg := st.CachedInfo().Config
-	scfg.AllowDirect = false // every job is claimed first, as on an older server
-	if _, err := obj.JS.UpdateStream(ctx, scfg); err != nil {
-		t.Fatal(err)
-	}
-	// A handle that reads the bucket without direct gets, as jobq's
-	// provisioning makes for such a bucket.
-	if obj.Ledger, err = obj.JS.KeyValue(ctx, BucketProcessed); err != nil {
-		t.Fatal(err)
-	}
 	l := failedBefore(t, obj, "H1") // H1 and H2 have records: claimed synchronously
 	failedBefore(t, obj, "H2")
 

@@ -70,22 +70,9 @@ func TestStopWaitsOutAClaimThatLandedThoughALaterTryWasRefused(t *testing.T) {
 	if err := p.Stop(sctx); err != nil {
 		t.Fatal(err)
 	}
-	var runs atomic.Int32
-	p2 := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		runs.Add(1)
-		return nil
-	}), servertest.Logger(t))
-	startPool(t, p2)
-	deadline = time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) && runs.Load() == 0 {
-		if info, _ := obj.Dead.Info(ctx); info != nil && info.State.Msgs > 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	info, _ := obj.Dead.Info(ctx)
+	runs, dead := runsAfterStop(t, obj)
 	rec, _ := l.Get(ctx, "J")
-	if runs.Load() != 1 || info.State.Msgs != 0 {
-		t.Errorf("J, on delivery 1 of 2 at a stop, its landed claim's retry read with no responders: ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", runs.Load(), info.State.Msgs, rec)
+	if runs != 1 || dead != 0 {
+		t.Errorf("J, on delivery 1 of 2 at a stop, its landed claim's retry read with no responders: ran %d times after it (want 1), DLQ holds %d (want 0); record %+v", runs, dead, rec)
 	}
 }
