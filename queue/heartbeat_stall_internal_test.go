@@ -32,14 +32,20 @@ func (k hangingDeletes) Delete(ctx context.Context, key string, opts ...jetstrea
 }
 
 // hangingLeaseWrites makes the pool's lease writes hang until the caller
-// gives up while hang is set (a write whose answer does not come).
+// gives up while hang is set (a write whose answer does not come). Each
+// write that hangs is told on entered, if set and it has room.
 type hangingLeaseWrites struct {
 	jetstream.JetStream
-	hang *atomic.Bool
+	hang    *atomic.Bool
+	entered chan struct{}
 }
 
 func (j hangingLeaseWrites) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	if j.hang.Load() && strings.Contains(m.Subject, "."+data.LeasePrefix) {
+		select {
+		case j.entered <- struct{}{}:
+		default:
+		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}

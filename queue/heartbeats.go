@@ -39,7 +39,11 @@ func (h *heartbeats) remove(it *inflight) {
 	it.mu.Unlock()
 }
 
-func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
+// loop sends the heartbeats until done is closed. Claims are renewed within
+// ctx; the lease is renewed, and other pools' ended leases collected,
+// within ledgerCtx, which outlives ctx at shutdown (the jobs cut off then
+// still record their outcomes on the lease) and ends once they did.
+func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan struct{}) {
 	every := p.cfg.heartbeat()
 	t := time.NewTicker(max(every/4, 10*time.Millisecond))
 	defer t.Stop()
@@ -73,7 +77,7 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 			p.keepAlive(it)
 		}
 		if p.leasing {
-			p.lease.renew(context.WithoutCancel(ctx), p)
+			p.lease.renew(ledgerCtx, p)
 		}
 		// The claims are renewed side by side, each bounded by when it is
 		// given up: a hanging renewal holds up no other, nor the next
@@ -90,7 +94,7 @@ func (h *heartbeats) loop(ctx context.Context, p *Pool, done <-chan struct{}) {
 			collected = now
 			collecting.Go(func() {
 				defer busy.Store(false)
-				p.lease.collect(context.WithoutCancel(ctx), p)
+				p.lease.collect(ledgerCtx, p)
 			})
 		}
 	}

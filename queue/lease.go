@@ -29,6 +29,9 @@ type lease struct {
 	sent  time.Time          // when the last lease written ends, if stored (see heldUntil)
 	wrote time.Time          // when it was last written
 	dirty bool               // jobs dropped since the last write
+	// closed: the pool stopped and deleted the lease, which no renewal
+	// writes again.
+	closed bool
 	// gen counts the jobs dropped from the lease; dropped holds when each
 	// key was, for the checks made before (see sortBatch).
 	gen     uint64
@@ -472,7 +475,7 @@ func (l *lease) forget(gen uint64) {
 func (l *lease) renew(ctx context.Context, p *Pool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.jobs) == 0 && !l.dirty || time.Since(l.wrote) < p.cfg.heartbeat() {
+	if l.closed || len(l.jobs) == 0 && !l.dirty || time.Since(l.wrote) < p.cfg.heartbeat() {
 		return
 	}
 	// The jobs are cancelled a sixth of the ack wait before the lease ends
@@ -594,7 +597,9 @@ func (l *lease) close(p *Pool) {
 	defer cancel()
 	if err := p.ledger.DeleteLease(ctx, l.owner, 0); err != nil {
 		p.log.Warn().Err(err).Msg("delete the pool's lease: it stays until it ends")
+		return
 	}
+	l.closed = true
 }
 
 // noLiveLeases refuses a pool that claims its jobs (see takesLeases) while

@@ -96,6 +96,8 @@ type Pool struct {
 	workCancel  context.CancelFunc
 	fetchDone   chan struct{}
 	finished    chan struct{}
+	beatCancel  context.CancelFunc // ends the heartbeat loop's ledger calls
+	beatsDone   chan struct{}      // closed when the heartbeat loop ended
 	sweeping    sync.WaitGroup
 	recording   sync.WaitGroup // keepRecording, which the acker waits for
 	held        held           // jobs in keepRecording, and the room they take
@@ -260,7 +262,12 @@ func (p *Pool) Start(ctx context.Context) error {
 		defer close(p.finished)
 		p.ackAll(workCtx)
 	}()
-	go p.beats.loop(workCtx, p, p.finished)
+	beatCtx, beatCancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.beatCancel, p.beatsDone = beatCancel, make(chan struct{})
+	go func() {
+		defer close(p.beatsDone)
+		p.beats.loop(workCtx, beatCtx, p, p.finished)
+	}()
 	p.sweeping.Add(1)
 	go func() {
 		defer p.sweeping.Done()
@@ -323,6 +330,14 @@ func (p *Pool) Stop(ctx context.Context) error {
 			}
 		}
 		p.workCancel()
+		if err == nil {
+			// Every job is through: the heartbeat loop ends, a renewal
+			// under way cut off, before the lease is deleted, so that no
+			// renewal writes it again. (Jobs whose handlers ignored
+			// cancellation keep their heartbeats.)
+			p.beatCancel()
+			<-p.beatsDone
+		}
 		p.lease.close(p)
 		p.ledger.Close()
 		p.log.Info().Msg("workers stopped")
@@ -350,7 +365,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	done, beating := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(beating)
-		p.beats.loop(ctx, p, done)
+		p.beats.loop(ctx, context.WithoutCancel(ctx), p, done)
 	}()
 	defer func() {
 		close(done)

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,5 +77,85 @@ func TestStopReturnsWithinItsTimeoutWhileASweepHangs(t *testing.T) {
 		t.Logf("Stop returned after %s", time.Since(begin).Round(time.Millisecond))
 	case <-time.After(bound):
 		t.Fatalf("Stop with a %s timeout and no job running has not returned after %s", shutdownTimeout, bound)
+	}
+}
+
+// Stop ends the heartbeat loop before it deletes the pool's lease, and
+// returns within its ctx while the loop's last renewal of that lease goes
+// unanswered: the renewal is cut off. Before, Stop waited for the renewal,
+// which held the lease, for up to opTimeout past its ctx; and a renewal
+// that came after the delete wrote the empty lease again, to stay until
+// another pool collected it.
+func TestStopEndsTheHeartbeatLoopBeforeItDeletesTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second, FetchWait: 200 * time.Millisecond})
+	var hang atomic.Bool
+	t.Cleanup(func() { hang.Store(false) })
+	entered := make(chan struct{}, 1)
+	done := make(chan struct{}, 1)
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		done <- struct{}{}
+		return nil
+	}), servertest.Logger(t))
+	p.ledger = data.NewLedger(obj.Ledger, obj.Config.lease(), hangingLeaseWrites{JetStream: obj.JS, hang: &hang, entered: entered})
+	if !p.leasing {
+		t.Fatal("the pool does not lease: this test needs a bucket with direct gets")
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("J never ran")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := obj.Ledger.Get(ctx, data.Key("J")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("J's record was never stored")
+		}
+	}
+	// J left the lease: the loop's next renewal writes it once more, and
+	// that write does not answer.
+	hang.Store(true)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat loop never renewed the lease J left")
+	}
+
+	const shutdownTimeout = time.Second
+	stopped := make(chan error, 1)
+	begin := time.Now()
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		defer cancel()
+		stopped <- p.Stop(sctx)
+	}()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Stop returned after %s", time.Since(begin).Round(time.Millisecond))
+	case <-time.After(shutdownTimeout + 5*time.Second):
+		t.Fatalf("Stop with a %s timeout and no job running has not returned after %s: it waits for a lease renewal that does not answer", shutdownTimeout, shutdownTimeout+5*time.Second)
+	}
+	select {
+	case <-p.beatsDone:
+	default:
+		t.Fatal("the heartbeat loop outlived Stop")
+	}
+	hang.Store(false)
+	// No write of the loop comes after Stop's delete.
+	time.Sleep(2 * obj.Config.heartbeat())
+	if entry, err := obj.Ledger.Get(ctx, data.LeasePrefix+p.lease.owner); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the pool's lease is still in the bucket after Stop (%v, %v)", entry, err)
 	}
 }
