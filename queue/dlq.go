@@ -23,11 +23,38 @@ const maxErrorHeader = 1024
 // in a message.
 const maxHeaderBytes = math.MaxUint16
 
-// deadLetter copies a job to DLQ with why it failed, and waits for the
-// stream to confirm. Only then may the caller remove it from JOB. Moving
-// the same job twice stores it once (see deadLetterID).
-func (p *Pool) deadLetter(ctx context.Context, msg jetstream.Msg, job *data.Job, cause error) error {
-	return deadLetter(ctx, p.obj.JS, job, msg.Headers(), cause.Error())
+// deadLetter copies a job, whose headers are h, to DLQ with why it failed,
+// and waits for the stream to confirm. Only then may the caller remove it
+// from JOB. Moving the same job twice stores it once (see deadLetterID). A
+// DLQ that is gone is created again first (see makeDLQAnew).
+func (p *Pool) deadLetter(ctx context.Context, job *data.Job, h nats.Header, cause string) error {
+	err := deadLetter(ctx, p.obj.JS, job, h, cause)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) && p.makeDLQAnew(ctx) {
+		err = deadLetter(ctx, p.obj.JS, job, h, cause)
+	}
+	return err
+}
+
+// makeDLQAnew creates DLQ again, as Provision does, once someone deleted it
+// (nats stream rm DLQ): every dead letter would fail otherwise, and each
+// failed job stay in JOB, for the sweep to try again and again. It reports
+// whether it made DLQ, or another pool did meanwhile; false if DLQ was
+// there all along (the publish failed for another reason).
+func (p *Pool) makeDLQAnew(ctx context.Context) bool {
+	if _, err := p.obj.JS.Stream(ctx, StreamDLQ); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false
+	}
+	_, err := p.obj.JS.CreateStream(ctx, deadStreamConfig(p.cfg))
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+		p.log.Warn().Msg("stream " + StreamDLQ + " was deleted: another pool created it again")
+		return true
+	case err != nil:
+		p.log.Error().Err(err).Msg("stream " + StreamDLQ + " is gone and could not be created again; restart jobq")
+		return false
+	}
+	p.log.Warn().Msg("stream " + StreamDLQ + " was deleted: created it again")
+	return true
 }
 
 func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h nats.Header, cause string) error {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -276,4 +277,34 @@ func TestClaimingPoolWaitsForTheLeasesOfOthers(t *testing.T) {
 		claiming.Stop(ctx)
 	})
 	c.wantOnce(t, "long-1")
+}
+
+// An operator deleted DLQ (nats stream rm DLQ) while a pool runs. The next
+// dead letter finds no stream: the pool creates DLQ again with jobq's
+// settings, as it does WORKER, rather than leave every failed job in JOB,
+// for the sweep to fail on again and again until jobq is restarted.
+func TestPoolMakesADeletedDLQAnew(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1, AckWait: 3 * time.Second})
+	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("broken"))
+	}))
+	if err := b.js.DeleteStream(ctx, queue.StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job.d", "dl-1", "x")
+	b.waitState(t, "dl-1", data.StateFailed)
+	b.waitDrained(t)
+	letters, err := queue.ListDeadLetters(ctx, b.obj, 0)
+	if err != nil || len(letters) != 1 || letters[0].ID != "dl-1" {
+		t.Fatalf("dead letters: got %+v, %v; want dl-1's", letters, err)
+	}
+	s, err := b.js.Stream(ctx, queue.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.CachedInfo().Config; !slices.Equal(c.Subjects, []string{queue.SubjectDLQPrefix + ">"}) || c.Discard != jetstream.DiscardNew || c.Storage != jetstream.FileStorage {
+		t.Errorf("DLQ made anew with %+v, want jobq's settings", c)
+	}
 }

@@ -925,7 +925,7 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 		p.nak(msg, delay, log)
 		return
 	}
-	if err := p.deadLetter(ctx, msg, job, cause); err != nil {
+	if err := p.deadLetter(ctx, job, msg.Headers(), cause.Error()); err != nil {
 		log.Error().Err(err).AnErr("cause", cause).Msg("dead-letter job: left in JOB for the sweep")
 		return
 	}

@@ -105,7 +105,7 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	if rec.Attempts > 0 {
 		job.Attempt = rec.Attempts
 	}
-	if err := deadLetter(ctx, p.obj.JS, job, m.Header, cause); err != nil {
+	if err := p.deadLetter(ctx, job, m.Header, cause); err != nil {
 		return false, err
 	}
 	p.cfg.Metrics.jobDeadLettered(job.Subject)
