@@ -507,7 +507,7 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 		l.seen = max(l.seen, expect) // the next write may not rest on an older check
 		err = data.ErrLeaseRaced
 	}
-	if err == nil {
+	if err == nil || errors.Is(ctx.Err(), context.Canceled) { // cancelled: the pool stopped, its jobs all through
 		return
 	}
 	p.log.Warn().Err(err).Time("lease_until", l.until).Msg("renew the pool's lease")

@@ -102,6 +102,10 @@ type Pool struct {
 	recording   sync.WaitGroup // keepRecording, which the acker waits for
 	held        held           // jobs in keepRecording, and the room they take
 	stopOnce    sync.Once
+	stopped     chan struct{} // closed when Stop's shutdown is done
+	stopErr     error         // its outcome, set before stopped closes
+	cut         chan struct{} // closed when a Stop's ctx ended first
+	cutOnce     sync.Once
 }
 
 // handlerCtx is a context for handlers and its cancel func.
@@ -225,6 +229,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	workCtx, workCancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.fetchCancel, p.workCancel = fetchCancel, workCancel
 	p.fetchDone, p.finished, p.halt = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	p.stopped, p.cut = make(chan struct{}), make(chan struct{})
 	for range cap(p.tokens) {
 		p.tokens <- struct{}{}
 	}
@@ -289,60 +294,75 @@ func (p *Pool) Running() bool { return p.running.Load() }
 // them to record their outcome. Jobs cut off this way, and those still
 // waiting then, are released for redelivery; those cut off as resumed
 // attempts.
+//
+// Stop may be called more than once, and at once: the pool stops once, and
+// each call returns its outcome. The first ctx to end, any call's, cuts
+// the running jobs off.
 func (p *Pool) Stop(ctx context.Context) error {
 	if p.fetchCancel == nil {
 		return nil
 	}
-	var err error
-	p.stopOnce.Do(func() {
-		p.running.Store(false)
-		p.stopping.Store(true)
-		p.log.Info().Msg("stop fetching jobs")
-		p.fetchCancel()
-		<-p.fetchDone
-		// Only now, the pull drained: a job handed back before would come
-		// back into it, to be handed back again (see handBackAtStop).
-		close(p.halt)
-		// A sweep under way may finish within ctx; one that hangs on the
-		// server is cut off with the handlers. The next sweep, here or in
-		// another pool, does its steps again: a repeated dead letter is a
-		// duplicate by its ID.
-		swept := make(chan struct{})
-		go func() {
-			p.sweeping.Wait()
-			close(swept)
-		}()
-		select {
-		case <-swept:
-		case <-ctx.Done():
-			p.workCancel()
-			<-swept
-		}
+	p.stopOnce.Do(func() { go p.shutdown() })
+	select {
+	case <-p.stopped:
+	case <-ctx.Done():
+		p.cutOnce.Do(func() { close(p.cut) })
+		<-p.stopped // bounded: see shutdown
+	}
+	return p.stopErr
+}
+
+// shutdown stops the pool for Stop, and closes stopped once it is done.
+// Once cut is closed, it cancels the handlers and waits for them to record
+// their outcome at most opTimeout + 5s.
+func (p *Pool) shutdown() {
+	defer close(p.stopped)
+	p.running.Store(false)
+	p.stopping.Store(true)
+	p.log.Info().Msg("stop fetching jobs")
+	p.fetchCancel()
+	<-p.fetchDone
+	// Only now, the pull drained: a job handed back before would come
+	// back into it, to be handed back again (see handBackAtStop).
+	close(p.halt)
+	// A sweep under way may finish before the cut; one that hangs on the
+	// server is cut off with the handlers. The next sweep, here or in
+	// another pool, does its steps again: a repeated dead letter is a
+	// duplicate by its ID.
+	swept := make(chan struct{})
+	go func() {
+		p.sweeping.Wait()
+		close(swept)
+	}()
+	select {
+	case <-swept:
+	case <-p.cut:
+		p.workCancel()
+		<-swept
+	}
+	select {
+	case <-p.finished:
+	case <-p.cut:
+		p.log.Warn().Msg("shutdown timeout reached: cancelling running jobs")
+		p.workCancel()
 		select {
 		case <-p.finished:
-		case <-ctx.Done():
-			p.log.Warn().Msg("shutdown timeout reached: cancelling running jobs")
-			p.workCancel()
-			select {
-			case <-p.finished:
-			case <-time.After(opTimeout + 5*time.Second):
-				err = errors.New("handlers ignored cancellation; their jobs will be redelivered after the ack wait")
-			}
+		case <-time.After(opTimeout + 5*time.Second):
+			p.stopErr = errors.New("handlers ignored cancellation; their jobs will be redelivered after the ack wait")
 		}
-		p.workCancel()
-		if err == nil {
-			// Every job is through: the heartbeat loop ends, a renewal
-			// under way cut off, before the lease is deleted, so that no
-			// renewal writes it again. (Jobs whose handlers ignored
-			// cancellation keep their heartbeats.)
-			p.beatCancel()
-			<-p.beatsDone
-		}
-		p.lease.close(p)
-		p.ledger.Close()
-		p.log.Info().Msg("workers stopped")
-	})
-	return err
+	}
+	p.workCancel()
+	if p.stopErr == nil {
+		// Every job is through: the heartbeat loop ends, a renewal
+		// under way cut off, before the lease is deleted, so that no
+		// renewal writes it again. (Jobs whose handlers ignored
+		// cancellation keep their heartbeats.)
+		p.beatCancel()
+		<-p.beatsDone
+	}
+	p.lease.close(p)
+	p.ledger.Close()
+	p.log.Info().Msg("workers stopped")
 }
 
 // processOne takes one fetched job through every step in turn, without the

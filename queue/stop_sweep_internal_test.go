@@ -159,3 +159,68 @@ func TestStopEndsTheHeartbeatLoopBeforeItDeletesTheLease(t *testing.T) {
 		t.Fatalf("the pool's lease is still in the bucket after Stop (%v, %v)", entry, err)
 	}
 }
+
+// A second Stop, called while a first one waits for the running jobs, is
+// bounded by its own ctx plus the documented wait (opTimeout + 5s), as a
+// first Stop is: a caller's shorter timeout cuts the jobs off. Before, it
+// waited for the first Stop's ctx, a minute here.
+func TestSecondStopHonoursItsOwnCtx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second, FetchWait: 200 * time.Millisecond})
+	started := make(chan struct{}, 1)
+	p := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, _ *data.Job) error {
+		started <- struct{}{}
+		select { // it stops when told; otherwise it runs 25s
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(25 * time.Second):
+			return nil
+		}
+	}), servertest.Logger(t))
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("J never ran")
+	}
+	first := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		first <- p.Stop(sctx)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	const shutdownTimeout = 300 * time.Millisecond
+	bound := shutdownTimeout + opTimeout + 5*time.Second
+	second := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		defer cancel()
+		second <- p.Stop(sctx)
+	}()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Errorf("second Stop: %v", err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("a second Stop with a %s timeout has not returned after %s: it waits for the first Stop's ctx", shutdownTimeout, bound)
+	}
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Errorf("first Stop: %v", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("the first Stop did not return once the second cut the jobs off")
+	}
+	if got := p.Stop(ctx); got != nil {
+		t.Errorf("a Stop after the pool stopped: %v", got)
+	}
+}
