@@ -25,6 +25,8 @@ func TestCLIBench(t *testing.T) {
 		P50          float64 `json:"latency_p50_ms"`
 		P99          float64 `json:"latency_p99_ms"`
 		RSS          float64 `json:"peak_rss_mb"`
+		ProcessCPU   float64 `json:"process_cpu_us_per_job"`
+		E2ECPU       float64 `json:"e2e_cpu_us_per_job"`
 		Lost         int     `json:"lost"`
 		Duplicates   int     `json:"duplicates"`
 	}
@@ -42,7 +44,7 @@ func TestCLIBench(t *testing.T) {
 		t.Errorf("jobs: got %d, want 400", rep.Jobs)
 	}
 	for name, m := range map[string]mode{"baseline": rep.Baseline, "ledger": rep.Ledger, "no_ledger": rep.NoLedger} {
-		if m.EnqueueSync <= 0 || m.EnqueueAsync <= 0 || m.Process <= 0 || m.E2E <= 0 || m.P50 <= 0 || m.P99 < m.P50 || m.RSS <= 0 {
+		if m.EnqueueSync <= 0 || m.EnqueueAsync <= 0 || m.Process <= 0 || m.E2E <= 0 || m.P50 <= 0 || m.P99 < m.P50 || m.RSS <= 0 || m.ProcessCPU <= 0 || m.E2ECPU <= 0 {
 			t.Errorf("%s: got %+v, want every figure measured", name, m)
 		}
 		if m.Lost != 0 || m.Duplicates != 0 {
@@ -63,7 +65,7 @@ func TestCLIBench(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench: %s", r)
 	}
-	for _, want := range []string{"; the median of 3 runs", "baseline  ledger  ratio  no ledger  ratio", "process jobs/s", "end-to-end jobs/s", "run 3: ratios ledger process", "no ledger process", "lost 0, duplicated 0 (ledger)"} {
+	for _, want := range []string{"; the median of 3 runs", "baseline  ledger  ratio  no ledger  ratio", "process jobs/s", "end-to-end jobs/s", "process CPU µs/job", "end-to-end CPU µs/job", "run 3: ratios ledger process", "no ledger process", "lost 0, duplicated 0 (ledger)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench table: want %q in\n%s", want, r.stdout)
 		}

@@ -2156,6 +2156,10 @@ func printBench(w io.Writer, r queue.BenchReport, sync string) {
 	row("end-to-end jobs/s", func(b queue.BenchResult) float64 { return b.E2EPerS }, "%.0f", func(_, _, _ float64) (float64, float64) {
 		return r.Ratio.LedgerE2E, r.Ratio.NoLedgerE2E
 	})
+	if r.Baseline.ProcessCPUUs > 0 {
+		row("process CPU µs/job", func(b queue.BenchResult) float64 { return b.ProcessCPUUs }, "%.1f", divided)
+		row("end-to-end CPU µs/job", func(b queue.BenchResult) float64 { return b.E2ECPUUs }, "%.1f", divided)
+	}
 	row("latency p50 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", nil)
 	row("latency p99 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", nil)
 	row("latency max ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", nil)

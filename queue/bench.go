@@ -62,6 +62,13 @@ type BenchResult struct {
 	SaturatedP50Ms float64 `json:"saturated_latency_p50_ms"`
 	SaturatedP99Ms float64 `json:"saturated_latency_p99_ms"`
 	PeakRSSMB      float64 `json:"peak_rss_mb"`
+	// ProcessCPUUs and E2ECPUUs are the CPU time the whole process spent
+	// per job in the process and end-to-end phases, in microseconds: the
+	// clients, the pool and the embedded server, user and system. On a
+	// shared machine they move less than the jobs per second do. Zero
+	// where the system does not tell.
+	ProcessCPUUs float64 `json:"process_cpu_us_per_job"`
+	E2ECPUUs     float64 `json:"e2e_cpu_us_per_job"`
 	// Lost and Duplicates count jobs not handled, or handled more than
 	// once, over the process and end-to-end phases.
 	Lost       int `json:"lost"`
@@ -156,7 +163,8 @@ func (r *BenchReport) figures() []*float64 {
 	var fs []*float64
 	for _, m := range r.modes() {
 		fs = append(fs, &m.EnqueueSyncPerS, &m.EnqueueAsyncPerS, &m.ProcessPerS, &m.E2EPerS,
-			&m.LatencyP50Ms, &m.LatencyP99Ms, &m.LatencyMaxMs, &m.SaturatedP50Ms, &m.SaturatedP99Ms, &m.PeakRSSMB)
+			&m.LatencyP50Ms, &m.LatencyP99Ms, &m.LatencyMaxMs, &m.SaturatedP50Ms, &m.SaturatedP99Ms, &m.PeakRSSMB,
+			&m.ProcessCPUUs, &m.E2ECPUUs)
 	}
 	return append(fs, &r.Ratio.LedgerProcess, &r.Ratio.LedgerE2E, &r.Ratio.NoLedgerProcess, &r.Ratio.NoLedgerE2E)
 }
@@ -344,6 +352,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	counts := newBenchCounts(cfg.Jobs, false)
 	current.Store(counts)
 	start = time.Now()
+	cpu := startCPU()
 	stopWorkers, err := t.startWorkers(func(p []byte) { current.Load().handle(p) })
 	if err != nil {
 		return res, err
@@ -351,6 +360,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	defer stopWorkers()
 	err = waitHandled(ctx, obj, counts, func(n int) { progress("process", n) }, nil)
 	res.ProcessPerS = rate(cfg.Jobs, time.Since(start))
+	res.ProcessCPUUs = cpu.perJob(cfg.Jobs)
 	res.LongestPauseS = counts.watch.longest.Seconds()
 	lost, dup := counts.verify()
 	res.Lost, res.Duplicates = lost, dup
@@ -362,6 +372,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	counts = newBenchCounts(cfg.Jobs, true)
 	current.Store(counts)
 	start = time.Now()
+	cpu = startCPU()
 	// The producer runs beside the wait, which sees any stall from the
 	// start; a wait that fails stops it and waits for it.
 	pubCtx, stopPublishing := context.WithCancel(ctx)
@@ -377,6 +388,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 		<-published // its error, or closed once waitHandled took it
 	}
 	res.E2EPerS = rate(cfg.Jobs, time.Since(start))
+	res.E2ECPUUs = cpu.perJob(cfg.Jobs)
 	res.LongestPauseS = max(res.LongestPauseS, counts.watch.longest.Seconds())
 	lost, dup = counts.verify()
 	res.Lost += lost
@@ -424,6 +436,27 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 }
 
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+// cpuMark is the process's CPU time at a phase's start.
+type cpuMark struct {
+	at time.Duration
+	ok bool
+}
+
+func startCPU() cpuMark {
+	at, ok := processCPU()
+	return cpuMark{at: at, ok: ok}
+}
+
+// perJob is the CPU time spent since m per job, in microseconds; 0 if the
+// system does not tell.
+func (m cpuMark) perJob(n int) float64 {
+	now, ok := processCPU()
+	if !m.ok || !ok || n <= 0 {
+		return 0
+	}
+	return float64(now-m.at) / float64(time.Microsecond) / float64(n)
+}
 
 func publishAll(ctx context.Context, t benchTarget, n int, prefix string, payload func(int) []byte, progress func(int)) error {
 	// The window stays under the connection's limit of outstanding async

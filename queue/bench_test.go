@@ -59,12 +59,12 @@ type cpuMeter struct {
 }
 
 func startCPU() cpuMeter {
-	t, ok := processCPU()
+	t, ok := queue.ProcessCPU()
 	return cpuMeter{start: t, ok: ok}
 }
 
 func (m cpuMeter) report(b *testing.B) {
-	end, ok := processCPU()
+	end, ok := queue.ProcessCPU()
 	if !m.ok || !ok || b.Elapsed() <= 0 {
 		return
 	}
