@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
 	"github.com/jobq/jobq/server/servertest"
 )
@@ -264,5 +265,51 @@ func TestReplicatedPullsKeepTheirLastJobs(t *testing.T) {
 	}
 	if st := b.status(t); st.DLQ.Messages != 0 {
 		t.Errorf("DLQ holds %d dead letters, want none: no job failed", st.DLQ.Messages)
+	}
+}
+
+// jobq next on a cluster provisioned with --replicas 3: DLQ was deleted
+// after next opened the objects, and the job it takes fails for good. DLQ
+// is made again with JOB's replicas. Before, it got 1 (the client commands
+// open the objects without --replicas), and the next jobq serve
+// --replicas 3 refused to start over it.
+func TestNextMakesDLQAnewWithTheClustersReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nodes := servertest.StartCluster(t, 3)
+	cfg := queue.Config{Replicas: 3, MaxDeliver: 1, AckWait: 3 * time.Second}
+	objs := onCluster(t, nodes, cfg)
+	js := objs[0].JS
+	if _, err := queue.NewProducer(js, objs[0].Config).Enqueue(ctx, "job.d", []byte("x"), queue.EnqueueOptions{ID: "N"}); err != nil {
+		t.Fatal(err)
+	}
+	njs, err := jetstream.New(servertest.ConnectNode(t, nodes[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := queue.Open(ctx, njs) // as jobq next opens them
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, queue.StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	ran, err := queue.Next(ctx, obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("cannot print it"))
+	}), 10*time.Second, servertest.Logger(t))
+	if !ran || err != nil {
+		t.Fatalf("next: ran %v, %v", ran, err)
+	}
+	s, err := js.Stream(ctx, queue.StreamDLQ)
+	if err != nil {
+		t.Fatalf("DLQ not made again: %v", err)
+	}
+	if r := s.CachedInfo().Config.Replicas; r != 3 {
+		t.Errorf("DLQ made anew with %d replica(s), want 3, as the cluster's objects were provisioned", r)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := queue.Provision(pctx, js, cfg, servertest.Logger(t)); err != nil {
+		t.Errorf("jobq serve --replicas 3 over the DLQ made anew: %v", err)
 	}
 }

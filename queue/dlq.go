@@ -38,13 +38,19 @@ func (p *Pool) deadLetter(ctx context.Context, job *data.Job, h nats.Header, cau
 // makeDLQAnew creates DLQ again, as Provision does, once someone deleted it
 // (nats stream rm DLQ): every dead letter would fail otherwise, and each
 // failed job stay in JOB, for the sweep to try again and again. It reports
-// whether it made DLQ, or another pool did meanwhile; false if DLQ was
-// there all along (the publish failed for another reason).
+// whether DLQ is there now, for the dead letter to be published again: made
+// here, or by another worker or pool meanwhile (or there all along, the
+// publish failing for another reason, which the next one meets again; a
+// dead letter published twice is stored once).
 func (p *Pool) makeDLQAnew(ctx context.Context) bool {
-	if _, err := p.obj.JS.Stream(ctx, StreamDLQ); !errors.Is(err, jetstream.ErrStreamNotFound) {
+	_, err := p.obj.JS.Stream(ctx, StreamDLQ)
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return false
 	}
-	_, err := p.obj.JS.CreateStream(ctx, deadStreamConfig(p.cfg))
+	_, err = p.obj.JS.CreateStream(ctx, deadStreamConfig(p.cfg))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
 		p.log.Warn().Msg("stream " + StreamDLQ + " was deleted: another pool created it again")

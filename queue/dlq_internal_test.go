@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/server/servertest"
 )
 
 // A dead letter's own headers, Jobq- and Nats-, in any case, are not among
@@ -352,5 +355,62 @@ func TestDeadLetterIDIsTheSameForAWorkerAndTheSweep(t *testing.T) {
 	swept := &data.Job{ID: "J", Seq: stored.Sequence, EnqueuedAt: stored.Time}
 	if a, b := deadLetterID(delivered), deadLetterID(swept); a != b {
 		t.Errorf("dead letter IDs: worker %q, sweep %q", a, b)
+	}
+}
+
+// dlqMadeMeanwhile stands for another worker of the pool, or another pool,
+// whose dead letter also found no stream: once this pool's dead letter
+// found none, the other makes DLQ again, before this one looks.
+type dlqMadeMeanwhile struct {
+	jetstream.JetStream
+	cfg  Config
+	once *sync.Once
+}
+
+func (j dlqMadeMeanwhile) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := j.JetStream.PublishMsg(ctx, m, opts...)
+	if strings.HasPrefix(m.Subject, SubjectDLQPrefix) && errors.Is(err, jetstream.ErrNoStreamResponse) {
+		j.once.Do(func() {
+			if _, cerr := j.JetStream.CreateStream(ctx, deadStreamConfig(j.cfg)); cerr != nil {
+				panic(cerr)
+			}
+		})
+	}
+	return ack, err
+}
+
+// A dead letter that found no stream is published again once DLQ is there,
+// whoever made it: here, another worker failing a job at the same moment.
+// Before, a pool that found DLQ made meanwhile left the job in JOB, and its
+// redelivery ran it again although it had failed for good.
+func TestDeadLetterIsPublishedAgainOnceDLQWasMadeMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{MaxDeliver: 5, AckWait: 2 * time.Second, FetchWait: 200 * time.Millisecond,
+		RetryBackoff: []time.Duration{10 * time.Millisecond}})
+	if err := obj.JS.DeleteStream(ctx, StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	obj.JS = dlqMadeMeanwhile{JetStream: obj.JS, cfg: obj.Config, once: &sync.Once{}}
+	var runs atomic.Int32
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		runs.Add(1)
+		return handlers.Permanent(errors.New("broken"))
+	}), servertest.Logger(t))
+	startPool(t, p)
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.d", []byte("x"), EnqueueOptions{ID: "D"}); err != nil {
+		t.Fatal(err)
+	}
+	// Long enough for a job left in JOB to come back after its ack wait.
+	time.Sleep(3 * obj.Config.AckWait)
+	if got := runs.Load(); got != 1 {
+		t.Errorf("D failed for good and ran %d times; want 1", got)
+	}
+	s, err := obj.JS.Stream(ctx, StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Errorf("DLQ holds %+v (%v); want D's dead letter", info.State, err)
 	}
 }

@@ -586,14 +586,20 @@ func (l *lease) collect(ctx context.Context, p *Pool) {
 	}
 }
 
-// close deletes the lease of a pool that stops with no job left in it.
-func (l *lease) close(p *Pool) {
+// close deletes the lease of a pool that stops with no job left in it,
+// waiting for the delete until limit, if set, or opTimeout. A lease not
+// deleted runs out.
+func (l *lease) close(p *Pool, limit time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.last == 0 || len(l.jobs) > 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	deadline := time.Now().Add(opTimeout)
+	if !limit.IsZero() && limit.Before(deadline) {
+		deadline = limit
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := p.ledger.DeleteLease(ctx, l.owner, 0); err != nil {
 		p.log.Warn().Err(err).Msg("delete the pool's lease: it stays until it ends")

@@ -101,6 +101,7 @@ type Pool struct {
 	sweeping    sync.WaitGroup
 	recording   sync.WaitGroup // keepRecording, which the acker waits for
 	held        held           // jobs in keepRecording, and the room they take
+	life        sync.Mutex     // Start, and the start of Stop
 	stopOnce    sync.Once
 	stopped     chan struct{} // closed when Stop's shutdown is done
 	stopErr     error         // its outcome, set before stopped closes
@@ -213,6 +214,8 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 // Start starts the workers and the fetcher. It returns at once; Stop ends
 // them.
 func (p *Pool) Start(ctx context.Context) error {
+	p.life.Lock() // a Stop meanwhile waits for it
+	defer p.life.Unlock()
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("worker pool already started")
 	}
@@ -299,10 +302,15 @@ func (p *Pool) Running() bool { return p.running.Load() }
 // each call returns its outcome. The first ctx to end, any call's, cuts
 // the running jobs off.
 func (p *Pool) Stop(ctx context.Context) error {
-	if p.fetchCancel == nil {
+	p.life.Lock()
+	started := p.fetchCancel != nil
+	if started {
+		p.stopOnce.Do(func() { go p.shutdown() })
+	}
+	p.life.Unlock()
+	if !started {
 		return nil
 	}
-	p.stopOnce.Do(func() { go p.shutdown() })
 	select {
 	case <-p.stopped:
 	case <-ctx.Done():
@@ -325,6 +333,15 @@ func (p *Pool) shutdown() {
 	// Only now, the pull drained: a job handed back before would come
 	// back into it, to be handed back again (see handBackAtStop).
 	close(p.halt)
+	// Once cut, Stop's outcome waits at most opTimeout + 5s more, the
+	// lease's delete included.
+	var limit time.Time
+	cutOff := func() {
+		if limit.IsZero() {
+			limit = time.Now().Add(opTimeout + 5*time.Second)
+			p.workCancel()
+		}
+	}
 	// A sweep under way may finish before the cut; one that hangs on the
 	// server is cut off with the handlers. The next sweep, here or in
 	// another pool, does its steps again: a repeated dead letter is a
@@ -337,17 +354,17 @@ func (p *Pool) shutdown() {
 	select {
 	case <-swept:
 	case <-p.cut:
-		p.workCancel()
+		cutOff()
 		<-swept
 	}
 	select {
 	case <-p.finished:
 	case <-p.cut:
 		p.log.Warn().Msg("shutdown timeout reached: cancelling running jobs")
-		p.workCancel()
+		cutOff()
 		select {
 		case <-p.finished:
-		case <-time.After(opTimeout + 5*time.Second):
+		case <-time.After(time.Until(limit)):
 			p.stopErr = errors.New("handlers ignored cancellation; their jobs will be redelivered after the ack wait")
 		}
 	}
@@ -356,11 +373,11 @@ func (p *Pool) shutdown() {
 		// Every job is through: the heartbeat loop ends, a renewal
 		// under way cut off, before the lease is deleted, so that no
 		// renewal writes it again. (Jobs whose handlers ignored
-		// cancellation keep their heartbeats.)
+		// cancellation keep their heartbeats, and the lease.)
 		p.beatCancel()
 		<-p.beatsDone
+		p.lease.close(p, limit)
 	}
-	p.lease.close(p)
 	p.ledger.Close()
 	p.log.Info().Msg("workers stopped")
 }
@@ -376,7 +393,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	}
 	it := &inflight{msg: msg, job: job}
 	if !p.cfg.NoLedger {
-		defer p.lease.close(p)
+		defer p.lease.close(p, time.Time{})
 		defer p.leaveLease(it)
 	}
 	// Heartbeats, as in a pool: InProgress, and the renewals of the

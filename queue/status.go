@@ -72,7 +72,9 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Objects, error) {
 		return nil, fmt.Errorf("look up bucket %s: %w", BucketProcessed, err)
 	}
 	ci := o.Worker.CachedInfo().Config
-	o.Config = Config{MaxDeliver: ci.MaxDeliver, AckWait: ci.AckWait}
+	// The replicas of JOB, for DLQ if a pool makes it again (see
+	// makeDLQAnew): Provision gives them all the same.
+	o.Config = Config{MaxDeliver: ci.MaxDeliver, AckWait: ci.AckWait, Replicas: o.Jobs.CachedInfo().Config.Replicas}
 	if st, err := o.Ledger.Status(ctx); err == nil {
 		o.Config.ProcessedTTL = st.TTL()
 	}

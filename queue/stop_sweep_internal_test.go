@@ -224,3 +224,78 @@ func TestSecondStopHonoursItsOwnCtx(t *testing.T) {
 		t.Errorf("a Stop after the pool stopped: %v", got)
 	}
 }
+
+// Stop's bound holds with the lease's delete: once its ctx ended, it waits
+// at most opTimeout + 5s more in all. A handler that takes 9s to honour
+// the cancellation is within that; the delete of the pool's lease after
+// it, which the ledger does not answer (a bucket leader moving), gets
+// what is left. Before, it got opTimeout of its own, and Stop returned
+// that much past the bound.
+func TestStopBoundIncludesTheLeaseDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second, FetchWait: 200 * time.Millisecond})
+	var hang atomic.Bool
+	t.Cleanup(func() { hang.Store(false) })
+	started := make(chan struct{}, 1)
+	p := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, _ *data.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		time.Sleep(9 * time.Second) // slow to stop, within opTimeout + 5s
+		return ctx.Err()
+	}), servertest.Logger(t))
+	p.ledger = data.NewLedger(hangingDeletes{KeyValue: obj.Ledger, hang: &hang}, obj.Config.lease(), obj.JS)
+	if !p.leasing {
+		t.Fatal("the pool does not lease: this test needs a bucket with direct gets")
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("J never ran")
+	}
+	hang.Store(true) // the ledger answers no delete
+	const shutdownTimeout = time.Second
+	bound := shutdownTimeout + opTimeout + 5*time.Second
+	sctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+	defer cancel()
+	begin := time.Now()
+	err := p.Stop(sctx)
+	took := time.Since(begin)
+	t.Logf("Stop returned %v after %s", err, took.Round(100*time.Millisecond))
+	if took > bound+500*time.Millisecond {
+		t.Errorf("Stop with a %s timeout returned after %s, past its bound of %s (ctx + opTimeout + 5s)", shutdownTimeout, took.Round(100*time.Millisecond), bound)
+	}
+}
+
+// Stop and Start called at once race on nothing (run under -race): a Stop
+// that comes first finds no pool to stop and returns nil, one that comes
+// after stops the pool Start started.
+func TestStopRacingStart(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second, FetchWait: 200 * time.Millisecond})
+	for range 5 {
+		p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
+		started := make(chan error, 1)
+		go func() { started <- p.Start(context.Background()) }()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := <-started; err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Stop(ctx); err != nil { // stops it, had the first Stop come first
+			t.Error(err)
+		}
+		cancel()
+		if p.Running() {
+			t.Error("the pool runs on after Stop")
+		}
+	}
+}
