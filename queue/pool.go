@@ -214,8 +214,9 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 // Start starts the workers and the fetcher. It returns at once; Stop ends
 // them.
 func (p *Pool) Start(ctx context.Context) error {
-	p.life.Lock() // a Stop meanwhile waits for it
-	defer p.life.Unlock()
+	if p.stopCalled() {
+		return errPoolStopped
+	}
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("worker pool already started")
 	}
@@ -227,6 +228,15 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		p.running.Store(false)
 		return err
+	}
+	// From here on nothing waits: a Stop meanwhile, which waits for the
+	// lock, finds the pool started, or Start finds it called.
+	p.life.Lock()
+	defer p.life.Unlock()
+	if p.stopping.Load() {
+		p.running.Store(false)
+		sub.Unsubscribe()
+		return errPoolStopped
 	}
 	fetchCtx, fetchCancel := context.WithCancel(ctx)
 	workCtx, workCancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -286,6 +296,16 @@ func (p *Pool) Start(ctx context.Context) error {
 	return nil
 }
 
+// errPoolStopped: Start after Stop; a pool runs once.
+var errPoolStopped = errors.New("worker pool stopped: make a new one to start again")
+
+// stopCalled reports whether Stop was called.
+func (p *Pool) stopCalled() bool {
+	p.life.Lock()
+	defer p.life.Unlock()
+	return p.stopping.Load()
+}
+
 // Running reports whether the pool is started and not stopping.
 func (p *Pool) Running() bool { return p.running.Load() }
 
@@ -303,6 +323,7 @@ func (p *Pool) Running() bool { return p.running.Load() }
 // the running jobs off.
 func (p *Pool) Stop(ctx context.Context) error {
 	p.life.Lock()
+	p.stopping.Store(true) // no handler starts any more, nor the pool
 	started := p.fetchCancel != nil
 	if started {
 		p.stopOnce.Do(func() { go p.shutdown() })

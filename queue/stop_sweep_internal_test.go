@@ -273,9 +273,10 @@ func TestStopBoundIncludesTheLeaseDelete(t *testing.T) {
 	}
 }
 
-// Stop and Start called at once race on nothing (run under -race): a Stop
-// that comes first finds no pool to stop and returns nil, one that comes
-// after stops the pool Start started.
+// Stop and Start called at once race on nothing (run under -race), and
+// the pool does not run on: a Stop that comes first makes Start fail, one
+// that comes after stops the pool Start started. So does a Stop while
+// Start waits for the server, without waiting for it.
 func TestStopRacingStart(t *testing.T) {
 	t.Parallel()
 	obj := objectsWith(t, Config{AckWait: 3 * time.Second, FetchWait: 200 * time.Millisecond})
@@ -287,15 +288,53 @@ func TestStopRacingStart(t *testing.T) {
 		if err := p.Stop(ctx); err != nil {
 			t.Error(err)
 		}
-		if err := <-started; err != nil {
+		if err := <-started; err != nil && !errors.Is(err, errPoolStopped) {
 			t.Fatal(err)
-		}
-		if err := p.Stop(ctx); err != nil { // stops it, had the first Stop come first
-			t.Error(err)
 		}
 		cancel()
 		if p.Running() {
 			t.Error("the pool runs on after Stop")
 		}
 	}
+
+	// Start waits for the server (the bucket's info) while Stop is called.
+	release := make(chan struct{})
+	slow := *obj
+	slow.JS = hangingStreamLookups{JetStream: obj.JS, release: release}
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
+	p.obj, p.leasingErr = &slow, errors.New("not yet known") // Start asks the server again
+	started := make(chan error, 1)
+	go func() { started <- p.Start(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	begin := time.Now()
+	if err := p.Stop(ctx); err != nil {
+		t.Error(err)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("Stop waited %s for a Start that waits for the server", took)
+	}
+	close(release)
+	if err := <-started; !errors.Is(err, errPoolStopped) {
+		t.Errorf("Start after Stop was called: got %v, want %v", err, errPoolStopped)
+	}
+	if p.Running() {
+		t.Error("the pool runs on after Stop")
+	}
+}
+
+// hangingStreamLookups makes stream look-ups wait until release is closed
+// (or the caller gives up), as when the server does not answer.
+type hangingStreamLookups struct {
+	jetstream.JetStream
+	release chan struct{}
+}
+
+func (j hangingStreamLookups) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-j.release:
+	}
+	return j.JetStream.Stream(ctx, name)
 }
