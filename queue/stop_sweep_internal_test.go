@@ -338,3 +338,41 @@ func (j hangingStreamLookups) Stream(ctx context.Context, name string) (jetstrea
 	}
 	return j.JetStream.Stream(ctx, name)
 }
+
+// Start after Stop fails at once, and a Stop after it returns: a pool runs
+// once. Before, Start got past its "already started" check once the pool
+// had stopped, and hung refilling the pool's room, and so did every later
+// Stop.
+func TestStartAfterStopFails(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second, FetchWait: 200 * time.Millisecond})
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- p.Start(context.Background()) }()
+	select {
+	case err := <-started:
+		if !errors.Is(err, errPoolStopped) {
+			t.Errorf("Start after Stop: got %v, want %v", err, errPoolStopped)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Start after Stop has not returned after 5s")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("Stop again: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Stop after Start after Stop has not returned after 5s")
+	}
+}
