@@ -102,17 +102,7 @@ func TestStopEndsTheHeartbeatLoopBeforeItDeletesTheLease(t *testing.T) {
 	if !p.leasing {
 		t.Fatal("the pool does not lease: this test needs a bucket with direct gets")
 	}
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("J never ran")
-	}
+	runJ(t, p, obj, done)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := obj.Ledger.Get(ctx, data.Key("J")); err == nil {
 			break
@@ -178,17 +168,7 @@ func TestSecondStopHonoursItsOwnCtx(t *testing.T) {
 			return nil
 		}
 	}), servertest.Logger(t))
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("J never ran")
-	}
+	runJ(t, p, obj, started)
 	first := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -248,17 +228,7 @@ func TestStopBoundIncludesTheLeaseDelete(t *testing.T) {
 	if !p.leasing {
 		t.Fatal("the pool does not lease: this test needs a bucket with direct gets")
 	}
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("J never ran")
-	}
+	runJ(t, p, obj, started)
 	hang.Store(true) // the ledger answers no delete
 	const shutdownTimeout = time.Second
 	bound := shutdownTimeout + opTimeout + 5*time.Second
@@ -374,5 +344,23 @@ func TestStartAfterStopFails(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a Stop after Start after Stop has not returned after 5s")
+	}
+}
+
+// runJ starts p, enqueues job J, and waits until p's handler says on ran
+// that J runs. The caller stops p.
+func runJ(t *testing.T, p *Pool, obj *Objects, ran <-chan struct{}) {
+	t.Helper()
+	ctx := context.Background()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("J never ran")
 	}
 }
