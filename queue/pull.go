@@ -198,7 +198,7 @@ func (pl *pull) result() (int, error) {
 // the ack subject) read once.
 type jobMsg struct {
 	msg  *nats.Msg
-	meta *jetstream.MsgMetadata
+	meta jetstream.MsgMetadata // in the same allocation
 	err  error
 }
 
@@ -209,7 +209,7 @@ func newJobMsg(m *nats.Msg) *jobMsg {
 		jm.err = fmt.Errorf("%w: %w", jetstream.ErrNotJSMessage, err)
 		return jm
 	}
-	jm.meta = &jetstream.MsgMetadata{
+	jm.meta = jetstream.MsgMetadata{
 		Sequence:     jetstream.SequencePair{Stream: meta.Sequence.Stream, Consumer: meta.Sequence.Consumer},
 		NumDelivered: meta.NumDelivered,
 		NumPending:   meta.NumPending,
@@ -221,17 +221,22 @@ func newJobMsg(m *nats.Msg) *jobMsg {
 	return jm
 }
 
-func (m *jobMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.meta, m.err }
-func (m *jobMsg) Data() []byte                              { return m.msg.Data }
-func (m *jobMsg) Headers() nats.Header                      { return m.msg.Header }
-func (m *jobMsg) Subject() string                           { return m.msg.Subject }
-func (m *jobMsg) Reply() string                             { return m.msg.Reply }
-func (m *jobMsg) Ack() error                                { return m.msg.Ack() }
-func (m *jobMsg) DoubleAck(ctx context.Context) error       { return m.msg.AckSync(nats.Context(ctx)) }
-func (m *jobMsg) Nak() error                                { return m.msg.Nak() }
-func (m *jobMsg) NakWithDelay(d time.Duration) error        { return m.msg.NakWithDelay(d) }
-func (m *jobMsg) InProgress() error                         { return m.msg.InProgress() }
-func (m *jobMsg) Term() error                               { return m.msg.Term() }
+func (m *jobMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return &m.meta, nil
+}
+func (m *jobMsg) Data() []byte                        { return m.msg.Data }
+func (m *jobMsg) Headers() nats.Header                { return m.msg.Header }
+func (m *jobMsg) Subject() string                     { return m.msg.Subject }
+func (m *jobMsg) Reply() string                       { return m.msg.Reply }
+func (m *jobMsg) Ack() error                          { return m.msg.Ack() }
+func (m *jobMsg) DoubleAck(ctx context.Context) error { return m.msg.AckSync(nats.Context(ctx)) }
+func (m *jobMsg) Nak() error                          { return m.msg.Nak() }
+func (m *jobMsg) NakWithDelay(d time.Duration) error  { return m.msg.NakWithDelay(d) }
+func (m *jobMsg) InProgress() error                   { return m.msg.InProgress() }
+func (m *jobMsg) Term() error                         { return m.msg.Term() }
 func (m *jobMsg) TermWithReason(reason string) error {
 	return m.msg.Respond([]byte("+TERM " + reason))
 }
