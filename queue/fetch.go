@@ -160,13 +160,13 @@ func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.bytes.Load() }
 
 // admit starts a fetched job's claim and queues it.
 func (p *Pool) admit(msg jetstream.Msg) {
-	job, err := decodeJob(msg)
-	if err != nil {
+	it := &inflight{msg: msg}
+	if err := decodeJobInto(&it.jobv, msg); err != nil {
 		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("not a jetstream job; left for redelivery")
 		p.release(nil)
 		return
 	}
-	it := &inflight{msg: msg, job: job, size: int64(len(job.Payload))}
+	it.job, it.size = &it.jobv, int64(len(it.jobv.Payload))
 	p.bytes.Add(it.size)
 	p.beats.add(it) // InProgress while it waits, so it is not redelivered
 	if p.cfg.NoLedger {

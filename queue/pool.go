@@ -118,8 +118,9 @@ type handlerCtx struct {
 // inflight is one job on its way through the pool.
 type inflight struct {
 	msg     jetstream.Msg
-	job     *data.Job
-	size    int64 // payload bytes, counted in Pool.bytes
+	job     *data.Job // &jobv for a fetched job
+	jobv    data.Job  // in the same allocation
+	size    int64     // payload bytes, counted in Pool.bytes
 	pending *data.PendingClaim
 	claim   data.Claim
 	write   *data.PendingWrite
@@ -1131,12 +1132,21 @@ func (p *Pool) nak(msg jetstream.Msg, delay time.Duration, log zerolog.Logger) {
 
 // decodeJob builds the handler's view of a delivered message.
 func decodeJob(msg jetstream.Msg) (*data.Job, error) {
+	job := new(data.Job)
+	if err := decodeJobInto(job, msg); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// decodeJobInto is decodeJob into job.
+func decodeJobInto(job *data.Job, msg jetstream.Msg) error {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return nil, fmt.Errorf("read job metadata: %w", err)
+		return fmt.Errorf("read job metadata: %w", err)
 	}
 	h := msg.Headers()
-	return &data.Job{
+	*job = data.Job{
 		ID:         jobID(h, meta.Sequence.Stream),
 		Subject:    msg.Subject(),
 		Seq:        meta.Sequence.Stream,
@@ -1144,7 +1154,8 @@ func decodeJob(msg jetstream.Msg) (*data.Job, error) {
 		Payload:    msg.Data(),
 		Header:     h,
 		EnqueuedAt: meta.Timestamp,
-	}, nil
+	}
+	return nil
 }
 
 // jobID is a message's job ID: Jobq-Job-Id (set on re-driven dead letters),
