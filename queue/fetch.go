@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -159,10 +160,12 @@ func (p *Pool) giveBack(n int) {
 func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.bytes.Load() }
 
 // admit starts a fetched job's claim and queues it.
-func (p *Pool) admit(msg jetstream.Msg) {
-	it := &inflight{msg: msg}
-	if err := decodeJobInto(&it.jobv, msg); err != nil {
-		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("not a jetstream job; left for redelivery")
+func (p *Pool) admit(m *nats.Msg) {
+	it := new(inflight)
+	it.jm.init(m)
+	it.msg = &it.jm
+	if err := decodeJobInto(&it.jobv, it.msg); err != nil {
+		p.log.Error().Err(err).Str("subject", m.Subject).Msg("not a jetstream job; left for redelivery")
 		p.release(nil)
 		return
 	}

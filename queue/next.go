@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -96,7 +97,7 @@ func Peek(ctx context.Context, obj *Objects, wait time.Duration, f func(*data.Jo
 // not taken for the server's word (nats.go's Fetch would).
 func fetchOne(ctx context.Context, obj *Objects, wait time.Duration) (jetstream.Msg, error) {
 	var msg jetstream.Msg
-	if _, err := pullJobs(ctx, obj.JS.Conn(), 1, 0, wait, func(m jetstream.Msg) { msg = m }); err != nil {
+	if _, err := pullJobs(ctx, obj.JS.Conn(), 1, 0, wait, func(m *nats.Msg) { msg = newJobMsg(m) }); err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", ConsumerWorker, err)
 	}
 	if err := ctx.Err(); err != nil {

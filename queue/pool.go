@@ -119,7 +119,8 @@ type handlerCtx struct {
 type inflight struct {
 	msg     jetstream.Msg
 	job     *data.Job // &jobv for a fetched job
-	jobv    data.Job  // in the same allocation
+	jobv    data.Job  // in the same allocation, as jm is
+	jm      jobMsg    // msg, for a fetched job
 	size    int64     // payload bytes, counted in Pool.bytes
 	pending *data.PendingClaim
 	claim   data.Claim

@@ -57,7 +57,7 @@ func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, erro
 // very jobs a stopping pool hands back, until its wait ran out, each
 // handed back again at the cost of a delivery. A job that arrives after
 // the pull ended is handed back (see receive).
-func pullJobs(ctx context.Context, nc *nats.Conn, n int, maxBytes int64, wait time.Duration, admit func(jetstream.Msg)) (int, error) {
+func pullJobs(ctx context.Context, nc *nats.Conn, n int, maxBytes int64, wait time.Duration, admit func(*nats.Msg)) (int, error) {
 	if ctx.Err() != nil {
 		return 0, nil // no pull, to drain again, once ctx ended
 	}
@@ -106,7 +106,7 @@ func pullJobs(ctx context.Context, nc *nats.Conn, n int, maxBytes int64, wait ti
 
 // pull is one pull request on its own subscription.
 type pull struct {
-	admit    func(jetstream.Msg)
+	admit    func(*nats.Msg) // a job's message, whose reply subject is its ack subject
 	n        int
 	maxBytes int64
 
@@ -164,7 +164,7 @@ func (pl *pull) receive(m *nats.Msg) {
 	}
 	pl.got++
 	pl.bytes += int64(m.Size())
-	pl.admit(newJobMsg(m))
+	pl.admit(m)
 	switch {
 	case pl.sent > 0 && pl.got >= pl.sent:
 		pl.endLocked(pl.endErr)
@@ -203,11 +203,18 @@ type jobMsg struct {
 }
 
 func newJobMsg(m *nats.Msg) *jobMsg {
-	jm := &jobMsg{msg: m}
+	jm := new(jobMsg)
+	jm.init(m)
+	return jm
+}
+
+// init makes jm m's job message.
+func (jm *jobMsg) init(m *nats.Msg) {
+	jm.msg = m
 	meta, err := m.Metadata()
 	if err != nil {
 		jm.err = fmt.Errorf("%w: %w", jetstream.ErrNotJSMessage, err)
-		return jm
+		return
 	}
 	jm.meta = jetstream.MsgMetadata{
 		Sequence:     jetstream.SequencePair{Stream: meta.Sequence.Stream, Consumer: meta.Sequence.Consumer},
@@ -218,7 +225,6 @@ func newJobMsg(m *nats.Msg) *jobMsg {
 		Consumer:     meta.Consumer,
 		Domain:       meta.Domain,
 	}
-	return jm
 }
 
 func (m *jobMsg) Metadata() (*jetstream.MsgMetadata, error) {

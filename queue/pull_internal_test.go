@@ -40,7 +40,7 @@ func TestPullEndsOnTheServersWord(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			admitted := 0
-			pl := &pull{admit: func(jetstream.Msg) { admitted++ }, n: tt.n, maxBytes: tt.bytes, done: make(chan struct{})}
+			pl := &pull{admit: func(*nats.Msg) { admitted++ }, n: tt.n, maxBytes: tt.bytes, done: make(chan struct{})}
 			for _, m := range tt.msgs {
 				pl.receive(m)
 			}
@@ -81,7 +81,7 @@ func TestPullHandsBackJobsThatArriveAfterItsEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := &pull{admit: func(jetstream.Msg) { t.Error("a job after the end was admitted") }, n: 1, done: make(chan struct{})}
+	pl := &pull{admit: func(*nats.Msg) { t.Error("a job after the end was admitted") }, n: 1, done: make(chan struct{})}
 	pl.end(nil)
 	pl.receive(&nats.Msg{Subject: "job.x", Reply: "ack.late", Data: []byte("late"), Sub: sub})
 	m, err := acks.NextMsg(5 * time.Second)
