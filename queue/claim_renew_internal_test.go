@@ -38,16 +38,7 @@ func (k failFirstUpdateOf) Update(ctx context.Context, key string, value []byte,
 func TestRenewalFailureBeforeStartSpendsNoDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const ackWait = 6 * time.Second // heartbeat 2s, claim 4s, give-up 3s after the claim
-	obj := claimingObjects(t, Config{AckWait: ackWait, MaxDeliver: 2, Workers: 1,
-		RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
-	failedBefore(t, obj, "H") // H has a record: claimed synchronously, ahead of X
-	prod := NewProducer(obj.JS, obj.Config)
-	for _, id := range []string{"H", "X"} {
-		if _, err := prod.Enqueue(ctx, "job.x", []byte(id), EnqueueOptions{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	obj := hAheadOfX(t, 2)
 	var xRuns atomic.Int32
 	p := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		if job.ID == "X" {
@@ -80,4 +71,22 @@ func TestRenewalFailureBeforeStartSpendsNoDelivery(t *testing.T) {
 	if xRuns.Load() != 1 {
 		t.Fatalf("X ran %d times in 15s, want 1", xRuns.Load())
 	}
+}
+
+// hAheadOfX provisions a bucket without direct gets, so that every job is
+// claimed first, with an ack wait of 6s (heartbeat 2s, claim 4s, give-up
+// 3s after the claim) and maxDeliver, and enqueues H, which has a record
+// (claimed synchronously), then X, whose claim is settled after H's.
+func hAheadOfX(t *testing.T, maxDeliver int) *Objects {
+	t.Helper()
+	obj := claimingObjects(t, Config{AckWait: 6 * time.Second, MaxDeliver: maxDeliver, Workers: 1,
+		RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
+	failedBefore(t, obj, "H")
+	prod := NewProducer(obj.JS, obj.Config)
+	for _, id := range []string{"H", "X"} {
+		if _, err := prod.Enqueue(context.Background(), "job.x", []byte(id), EnqueueOptions{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return obj
 }

@@ -38,17 +38,7 @@ func (k slowFirstUpdateOf) Update(ctx context.Context, key string, value []byte,
 // not cancel X's handler while the ledger answers every write at once.
 func TestClaimSettledJustBeforeGiveUpIsNotCutOff(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	const ackWait = 6 * time.Second // heartbeat 2s, claim 4s, give-up 3s after the claim
-	obj := claimingObjects(t, Config{AckWait: ackWait, MaxDeliver: 20, Workers: 1,
-		RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
-	failedBefore(t, obj, "H") // H has a record: claimed synchronously, ahead of X
-	prod := NewProducer(obj.JS, obj.Config)
-	for _, id := range []string{"H", "X"} {
-		if _, err := prod.Enqueue(ctx, "job.x", []byte(id), EnqueueOptions{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	obj := hAheadOfX(t, 20)
 
 	var cut atomic.Value
 	xStarted := make(chan time.Time, 4)

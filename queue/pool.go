@@ -101,7 +101,7 @@ type Pool struct {
 	sweeping    sync.WaitGroup
 	recording   sync.WaitGroup // keepRecording, which the acker waits for
 	held        held           // jobs in keepRecording, and the room they take
-	life        sync.Mutex     // Start, and the start of Stop
+	life        sync.Mutex     // Start's last steps, and Stop's first
 	stopOnce    sync.Once
 	stopped     chan struct{} // closed when Stop's shutdown is done
 	stopErr     error         // its outcome, set before stopped closes
@@ -216,7 +216,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 // Start starts the workers and the fetcher. It returns at once; Stop ends
 // them.
 func (p *Pool) Start(ctx context.Context) error {
-	if p.stopCalled() {
+	if p.stopping.Load() { // Stop was called
 		return errPoolStopped
 	}
 	if !p.running.CompareAndSwap(false, true) {
@@ -301,13 +301,6 @@ func (p *Pool) Start(ctx context.Context) error {
 // errPoolStopped: Start after Stop; a pool runs once.
 var errPoolStopped = errors.New("worker pool stopped: make a new one to start again")
 
-// stopCalled reports whether Stop was called.
-func (p *Pool) stopCalled() bool {
-	p.life.Lock()
-	defer p.life.Unlock()
-	return p.stopping.Load()
-}
-
 // Running reports whether the pool is started and not stopping.
 func (p *Pool) Running() bool { return p.running.Load() }
 
@@ -348,8 +341,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 // their outcome at most opTimeout + 5s.
 func (p *Pool) shutdown() {
 	defer close(p.stopped)
-	p.running.Store(false)
-	p.stopping.Store(true)
+	p.running.Store(false) // stopping was set by Stop
 	p.log.Info().Msg("stop fetching jobs")
 	p.fetchCancel()
 	<-p.fetchDone
