@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -211,20 +212,70 @@ func newJobMsg(m *nats.Msg) *jobMsg {
 // init makes jm m's job message.
 func (jm *jobMsg) init(m *nats.Msg) {
 	jm.msg = m
-	meta, err := m.Metadata()
-	if err != nil {
+	if err := parseAckSubject(m.Reply, &jm.meta); err != nil {
 		jm.err = fmt.Errorf("%w: %w", jetstream.ErrNotJSMessage, err)
-		return
 	}
-	jm.meta = jetstream.MsgMetadata{
-		Sequence:     jetstream.SequencePair{Stream: meta.Sequence.Stream, Consumer: meta.Sequence.Consumer},
-		NumDelivered: meta.NumDelivered,
-		NumPending:   meta.NumPending,
-		Timestamp:    meta.Timestamp,
-		Stream:       meta.Stream,
-		Consumer:     meta.Consumer,
-		Domain:       meta.Domain,
+}
+
+// errAckSubject is a reply subject that is not a JetStream ack subject.
+var errAckSubject = errors.New("invalid format of ACK subject")
+
+// parseAckSubject reads a delivered message's metadata from its ack subject
+// into meta, as nats.go's Msg.Metadata does, without an allocation: the
+// names are substrings of the subject. The subject is
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
+//
+// or, from newer servers,
+//
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>...]
+//
+// with the domain "_" for none.
+func parseAckSubject(reply string, meta *jetstream.MsgMetadata) error {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return fmt.Errorf("%w: %q does not start with $JS.ACK", errAckSubject, reply)
 	}
+	var tokens [11]string // domain, hash, stream, consumer, then five numbers
+	n := strings.Count(rest, ".") + 1
+	switch {
+	case n == 7: // no domain and account hash
+		for i := 2; i < 9; i++ {
+			tokens[i], rest, _ = strings.Cut(rest, ".")
+		}
+	case n >= 9:
+		for i := range tokens[:9] {
+			tokens[i], rest, _ = strings.Cut(rest, ".")
+		}
+	default:
+		return fmt.Errorf("%w: %q", errAckSubject, reply)
+	}
+	if tokens[0] == "_" {
+		tokens[0] = ""
+	}
+	*meta = jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Stream: parseAckNum(tokens[5]), Consumer: parseAckNum(tokens[6])},
+		NumDelivered: parseAckNum(tokens[4]),
+		NumPending:   parseAckNum(tokens[8]),
+		Timestamp:    time.Unix(0, int64(parseAckNum(tokens[7]))),
+		Stream:       tokens[2],
+		Consumer:     tokens[3],
+		Domain:       tokens[0],
+	}
+	return nil
+}
+
+// parseAckNum reads a number of an ack subject: 0 if it is not one.
+func parseAckNum(s string) uint64 {
+	var n uint64
+	for i := range len(s) {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n
 }
 
 func (m *jobMsg) Metadata() (*jetstream.MsgMetadata, error) {

@@ -69,6 +69,50 @@ func TestJobMsgReadsItsMetadataFromTheAckSubject(t *testing.T) {
 	}
 }
 
+// parseAckSubject reads what nats.go's Msg.Metadata reads, and refuses
+// what it refuses, for both forms of the ack subject.
+func FuzzParseAckSubjectAgreesWithNatsGo(f *testing.F) {
+	for _, s := range []string{
+		"$JS.ACK.JOB.WORKER.2.17.9.1700000000000000000.4",
+		"$JS.ACK._.ACCHASH.JOB.WORKER.1.5.3.1700000000000000001.0.rand",
+		"$JS.ACK.edge.ACCHASH.JOB.WORKER.3.18446744073709551615.3.1.7",
+		"$JS.ACK.dom.h.JOB.WORKER.1.2.3.4.5.6.7",
+		"$JS.ACK.JOB.WORKER.x.17.9.1.4",
+		"$JS.ACK.JOB.WORKER.2.17.9.1",
+		"$JS.ACK.a.b.JOB.WORKER.1.2.3.4",
+		"$JS.ACK..........",
+		"$JS.ACK",
+		"$JS.NAK.JOB.WORKER.2.17.9.1.4",
+		"",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, reply string) {
+		want, werr := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		var got jetstream.MsgMetadata
+		gerr := parseAckSubject(reply, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%q: nats.go says %v, parseAckSubject %v", reply, werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		if got.Sequence.Stream != want.Sequence.Stream || got.Sequence.Consumer != want.Sequence.Consumer ||
+			got.NumDelivered != want.NumDelivered || got.NumPending != want.NumPending ||
+			!got.Timestamp.Equal(want.Timestamp) || got.Stream != want.Stream || got.Consumer != want.Consumer || got.Domain != want.Domain {
+			t.Fatalf("%q: got %+v, nats.go reads %+v", reply, got, *want)
+		}
+	})
+}
+
+func TestParseAckSubjectAllocatesNothing(t *testing.T) {
+	var meta jetstream.MsgMetadata
+	const reply = "$JS.ACK._.ACCHASH.JOB.WORKER.1.5.3.1700000000000000001.0.rand"
+	if n := testing.AllocsPerRun(100, func() { _ = parseAckSubject(reply, &meta) }); n != 0 {
+		t.Errorf("%v allocations per parse, want 0", n)
+	}
+}
+
 // A job delivered after its pull ended is handed back at once, not left to
 // wait out the ack wait.
 func TestPullHandsBackJobsThatArriveAfterItsEnd(t *testing.T) {
