@@ -39,6 +39,7 @@ fuzz: ## run each fuzz target for a while
 	$(GO) test -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s ./handlers/
 	$(GO) test -run '^$$' -fuzz FuzzParseRoute -fuzztime 30s ./handlers/
 	$(GO) test -run '^$$' -fuzz FuzzParseImportLine -fuzztime 30s ./queue/
+	$(GO) test -run '^$$' -fuzz FuzzParseAckSubjectAgreesWithNatsGo -fuzztime 30s ./queue/
 
 .PHONY: bench
 bench: build ## jobq bench: jobq with and without its ledger against a raw JetStream baseline
