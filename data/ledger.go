@@ -38,6 +38,35 @@ type Ledger struct {
 	lease  time.Duration
 	reads  reads
 	writes writes
+	// jobStreamCreated tells when JOB was created (nil: not asked); see
+	// SetJobStreamCreated.
+	jobStreamCreated func(context.Context) (time.Time, error)
+}
+
+// SetJobStreamCreated gives the ledger a way to learn when JOB, whose jobs
+// it records, was created. A job published without a Nats-Msg-Id is known
+// by its stream sequence (SeqID), and a JOB made anew (deleted, then
+// provisioned again) numbers its jobs from 1 again: a record under such an
+// ID that is older than JOB is another job's, of the JOB before, and the
+// job taken for done by it would be acked unrun. It is asked only when such
+// a job finds a done record, which is rare, so that a JOB made anew while
+// jobq runs is seen too.
+func (l *Ledger) SetJobStreamCreated(f func(context.Context) (time.Time, error)) {
+	l.jobStreamCreated = f
+}
+
+// Earlier reports whether rec, the record under id, is of a job of an
+// earlier JOB than the one there now (see SetJobStreamCreated): not id's
+// job, though it bears its name.
+func (l *Ledger) Earlier(ctx context.Context, id string, rec Record) (bool, error) {
+	if l.jobStreamCreated == nil || !IsSeqID(id) || rec.FirstAt.IsZero() {
+		return false, nil
+	}
+	created, err := l.jobStreamCreated(ctx)
+	if err != nil {
+		return false, fmt.Errorf("job %s: tell its record from an earlier stream's: %w", id, err)
+	}
+	return rec.FirstAt.Before(created), nil
 }
 
 // NewLedger returns a Ledger over kv whose claims last lease unless renewed.
@@ -98,6 +127,15 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 			c.Replaced = derr
 			next.Resumed = true
 		case prev.State == StateDone:
+			earlier, err := l.Earlier(ctx, job.ID, prev)
+			if err != nil {
+				return c, fmt.Errorf("claim job %s: %w", job.ID, err)
+			}
+			if earlier {
+				// Another job's, of an earlier JOB: this job's first
+				// claim takes its place.
+				break
+			}
 			c.Record = prev
 			return c, ErrAlreadyDone
 		case prev.State == StateRunning && now.Before(prev.LeaseUntil):

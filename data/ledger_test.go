@@ -370,3 +370,45 @@ func TestLedgerDoesNotClaimTheCopyThatWasDeadLettered(t *testing.T) {
 		t.Errorf("claim of a re-drive (a new sequence): %v, want a claim", err)
 	}
 }
+
+// A done record under a SeqID is the job's only if it is not older than
+// JOB: one from before JOB was made anew is another job's, which the claim
+// takes the place of. Jobs with IDs of their own are not asked about, and a
+// failed look-up fails the claim rather than take the job for done.
+func TestLedgerTellsADoneRecordOfAnEarlierJobStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := data.NewLedger(newKV(t), time.Minute, nil)
+	for _, id := range []string{data.SeqID(1), "own-id"} {
+		c, err := l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1}, "w1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created, lookErr, asked := time.Now(), error(nil), 0
+	l.SetJobStreamCreated(func(context.Context) (time.Time, error) {
+		asked++
+		return created, lookErr
+	})
+	if _, err := l.Claim(ctx, &data.Job{ID: "own-id", Subject: "job.x", Seq: 1, Attempt: 1}, "w2"); !errors.Is(err, data.ErrAlreadyDone) || asked != 0 {
+		t.Errorf("own-id: got %v after %d look-ups; want ErrAlreadyDone, none", err, asked)
+	}
+	lookErr = errors.New("no responders")
+	if _, err := l.Claim(ctx, &data.Job{ID: data.SeqID(1), Subject: "job.x", Seq: 1, Attempt: 1}, "w2"); err == nil || errors.Is(err, data.ErrAlreadyDone) || !errors.Is(err, lookErr) {
+		t.Errorf("look-up failing: got %v; want its error", err)
+	}
+	lookErr = nil
+	c, err := l.Claim(ctx, &data.Job{ID: data.SeqID(1), Subject: "job.x", Seq: 1, Attempt: 1}, "w2")
+	if err != nil || c.Record.State != data.StateRunning || c.Record.Attempts != 1 || c.Record.Worker != "w2" || c.Record.FirstAt.Before(created) {
+		t.Errorf("record older than JOB: got %+v, %v; want a first claim of the new job", c.Record, err)
+	}
+	if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, &data.Job{ID: data.SeqID(1), Subject: "job.x", Seq: 1, Attempt: 2}, "w3"); !errors.Is(err, data.ErrAlreadyDone) {
+		t.Errorf("its own done record: got %v, want ErrAlreadyDone", err)
+	}
+}

@@ -63,6 +63,10 @@ func (p *Pool) makeDLQAnew(ctx context.Context) bool {
 	return true
 }
 
+// errTooLargeForDLQ: a job whose dead letter the server would refuse as too
+// large, every time. It stays in JOB; the sweep goes on past it.
+var errTooLargeForDLQ = errors.New("job too large for its dead letter")
+
 func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h nats.Header, cause string) error {
 	m := nats.NewMsg(SubjectDLQPrefix + job.Subject)
 	m.Data = job.Payload
@@ -89,7 +93,8 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 	m.Header.Set(HeaderError, cause)
 	m.Header.Set(HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	m.Header.Set(nats.MsgIdHdr, deadLetterID(job))
-	if hl := headerLen(m.Header); hl > maxHeaderBytes || int64(len(m.Data)+hl) > js.Conn().MaxPayload() {
+	limit := js.Conn().MaxPayload()
+	if hl := headerLen(m.Header); hl > maxHeaderBytes || int64(len(m.Data)+hl) > limit {
 		// The job's own headers with jobq's take more than the server
 		// carries: its dead letter would be refused every time, and the
 		// job stay in JOB. They are left out, and its error says so.
@@ -98,7 +103,18 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 				delete(m.Header, k)
 			}
 		}
-		m.Header.Set(HeaderError, cause+" (the job's own headers are left out of its dead letter: with jobq's they were over the server's limit)")
+		const note = " (the job's own headers are left out of its dead letter: with jobq's they were over the server's limit)"
+		m.Header.Set(HeaderError, cause+note)
+		// A job stored by another client may fill the server's limit
+		// (JOB leaves dlqRoom only since it was provisioned so): its
+		// error is cut to what room there is.
+		if over := int64(len(m.Data)+headerLen(m.Header)) - limit; over > 0 {
+			m.Header.Set(HeaderError, CutUTF8(cause, max(len(cause)-int(over), 0))+note)
+		}
+		if size := int64(len(m.Data) + headerLen(m.Header)); size > limit {
+			return fmt.Errorf("%w: job %s takes %d bytes with jobq's headers, the server carries at most %d; raise the server's max_payload (jobq serve --max-payload), or remove the job (nats stream rmm %s %d)",
+				errTooLargeForDLQ, job.ID, size, limit, StreamJob, job.Seq)
+		}
 	}
 	ack, err := js.PublishMsg(ctx, m)
 	if err != nil {

@@ -210,6 +210,13 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	if info := obj.Worker.CachedInfo(); info != nil {
 		p.keepPullLimits(info.Config)
 	}
+	p.ledger.SetJobStreamCreated(func(ctx context.Context) (time.Time, error) {
+		s, err := obj.JS.Stream(ctx, StreamJob)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return s.CachedInfo().Created, nil
+	})
 	return p
 }
 

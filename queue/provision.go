@@ -41,7 +41,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zero
 	log = log.With().Str("component", "provision").Logger()
 	o := &Objects{JS: js, Config: cfg}
 	var err error
-	if o.Jobs, err = ensureStream(ctx, js, jobStreamConfig(cfg), log); err != nil {
+	if o.Jobs, err = ensureStream(ctx, js, jobStreamConfig(cfg, js.Conn().MaxPayload()), log); err != nil {
 		return nil, err
 	}
 	if o.Dead, err = ensureStream(ctx, js, deadStreamConfig(cfg), log); err != nil {
@@ -56,7 +56,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zero
 	return o, nil
 }
 
-func jobStreamConfig(cfg Config) jetstream.StreamConfig {
+// jobStreamConfig is JOB as jobq makes it, on a server that carries
+// messages of up to serverMax bytes (0: unknown).
+func jobStreamConfig(cfg Config, serverMax int64) jetstream.StreamConfig {
+	// Room for headers; and a job leaves room in the server's limit for
+	// what its dead letter adds (dlqRoom), or DLQ would refuse it every
+	// time. jobq's producer checks that; JOB holds every client to it.
+	maxMsg := int64(cfg.MaxPayload) + 64<<10
+	if serverMax > 0 {
+		maxMsg = min(maxMsg, serverMax)
+	}
 	return jetstream.StreamConfig{
 		Name:        StreamJob,
 		Description: "jobq jobs",
@@ -66,7 +75,7 @@ func jobStreamConfig(cfg Config) jetstream.StreamConfig {
 		// A full store refuses new jobs rather than dropping stored ones.
 		Discard:    jetstream.DiscardNew,
 		Duplicates: cfg.DedupeWindow,
-		MaxMsgSize: int32(cfg.MaxPayload) + 64<<10, // room for headers
+		MaxMsgSize: int32(maxMsg - dlqRoom),
 		MaxBytes:   cmp.Or(cfg.MaxBytes, -1),
 		Replicas:   cfg.Replicas,
 	}

@@ -46,6 +46,12 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 		}
 		seq = m.Sequence + 1
 		ok, err := p.sweepOne(ctx, m)
+		if errors.Is(err, errTooLargeForDLQ) {
+			// It stays where it is, named in the log every sweep; the
+			// jobs after it are still moved.
+			p.log.Error().Err(err).Msg("exhausted job left in " + StreamJob)
+			continue
+		}
 		if err != nil {
 			return moved, err
 		}
@@ -79,6 +85,15 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	log := p.log.With().Str("job_id", job.ID).Str("subject", job.Subject).Uint64("seq", job.Seq).Logger()
 	rec, err := p.ledger.Get(ctx, job.ID)
+	if err == nil && rec.State == data.StateDone {
+		earlier, eerr := p.ledger.Earlier(ctx, job.ID, rec)
+		if eerr != nil {
+			return false, eerr
+		}
+		if earlier { // another job's, of an earlier JOB
+			rec, err = data.Record{}, fmt.Errorf("job %s: %w", job.ID, data.ErrNotFound)
+		}
+	}
 	switch {
 	case err == nil && rec.State == data.StateDone:
 		if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {

@@ -1,0 +1,228 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/queue"
+)
+
+// remakeJobs deletes JOB, as nats stream rm JOB does, and provisions it
+// again: its sequences start over at 1.
+func remakeJobs(t *testing.T, b *testBundle, cfg queue.Config) *testBundle {
+	t.Helper()
+	if err := b.js.DeleteStream(context.Background(), queue.StreamJob); err != nil {
+		t.Fatal(err)
+	}
+	return setupOn(t, b.srv, cfg)
+}
+
+// A job published without a Nats-Msg-Id is known by its stream sequence
+// (seq-<n>). Once JOB is made anew its sequences start over, and a new job
+// at a sequence whose earlier job is recorded done is another job: it
+// runs. It was acked unrun, lost, taken for the earlier job done. The pool
+// runs on through JOB's making anew, and learns of it from the record.
+func TestJobWithoutIDOfAJobStreamMadeAnewRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{})
+	var mu sync.Mutex
+	var seen []string
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s=%s", job.ID, job.Payload))
+		return nil
+	}))
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil { // no Nats-Msg-Id
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateDone)
+	b.waitDrained(t)
+
+	b2 := remakeJobs(t, b, queue.Config{})
+	ack, err := b2.js.Publish(ctx, "job.a", []byte("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Sequence != 1 {
+		t.Fatalf("the new job is stored at seq %d, want 1", ack.Sequence)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if want := "[seq-1=first seq-1=second]"; fmt.Sprint(seen) != want {
+			return fmt.Errorf("handler ran %v, want %s", seen, want)
+		}
+		return nil
+	})
+	b2.waitDrained(t)
+	rec := b2.waitState(t, data.SeqID(1), data.StateDone)
+	if !rec.FirstAt.After(b2.obj.Jobs.CachedInfo().Created) {
+		t.Errorf("the record of seq-1 is still the earlier job's: first at %v, JOB made at %v", rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
+	}
+}
+
+// The same, for a job of the new JOB whose deliveries ran out with no
+// pool running: the sweep dead-letters it. It was removed from JOB with no
+// dead letter, taken for the earlier job done.
+func TestExhaustedJobWithoutIDOfAJobStreamMadeAnewIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{})
+	p := b.startPool(t, handlers.HandlerFunc(ok))
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateDone)
+	b.waitDrained(t)
+	stopPool(t, p)
+
+	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1, AckWait: time.Second})
+	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	exhaust(t, b2, 1)
+	b2.startPool(t, handlers.HandlerFunc(ok))
+	waitFor(t, 20*time.Second, func() error {
+		d, err := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
+		if err != nil {
+			return err
+		}
+		if string(d.Payload) != "second" {
+			return fmt.Errorf("dead letter of seq-1 holds %q, want the new job's", d.Payload)
+		}
+		return nil
+	})
+	b2.waitDrained(t)
+}
+
+// JOB refuses, from any client, a job whose dead letter the server could
+// not carry: one that filled the server's limit was stored, and once it
+// failed for good DLQ refused it every time, leaving it in JOB. The
+// largest job JOB takes reaches DLQ whole.
+func TestJOBKeepsRoomForTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	limit := int(b.nc.MaxPayload())
+	_, err := b.js.Publish(ctx, "job.big", make([]byte, limit-64)) // a plain client, no producer checks
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		t.Fatalf("a job of %d bytes on a server that carries %d: got %v, want JOB to refuse it as too large", limit-64, limit, err)
+	}
+	largest := int(b.obj.Jobs.CachedInfo().Config.MaxMsgSize)
+	if _, err := b.js.Publish(ctx, "job.big", make([]byte, largest)); err != nil {
+		t.Fatalf("the largest job JOB takes, %d bytes: %v", largest, err)
+	}
+	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("cannot do it"))
+	}))
+	waitFor(t, 20*time.Second, func() error {
+		d, err := queue.DeadLetterOf(ctx, b.obj, data.SeqID(1)) // the refused job took no sequence
+		if err != nil {
+			return err
+		}
+		if len(d.Payload) != largest {
+			return fmt.Errorf("dead letter holds %d bytes, want %d", len(d.Payload), largest)
+		}
+		return nil
+	})
+	b.waitDrained(t)
+}
+
+// A job stored before JOB kept that room may still fill the server's
+// limit. Its dead letter is refused; it stays in JOB, named in the log
+// with what to do, and the sweep goes on to the exhausted jobs after it,
+// which it used to leave in JOB too.
+func TestSweepGoesOnPastAJobTooLargeForDLQ(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1, AckWait: time.Second})
+	b.editJobs(t, func(c *jetstream.StreamConfig) { c.MaxMsgSize = -1 }) // as JOB was
+	limit := int(b.nc.MaxPayload())
+	if _, err := b.js.Publish(ctx, "job.big", make([]byte, limit-64)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(ctx, "job.small", []byte("small")); err != nil {
+		t.Fatal(err)
+	}
+	exhaust(t, b, 2)
+	logs := &logBuffer{}
+	p := queue.NewPool(b.obj, handlers.HandlerFunc(ok), zerolog.New(logs))
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopPool(t, p) })
+	waitFor(t, 20*time.Second, func() error {
+		_, err := queue.DeadLetterOf(ctx, b.obj, data.SeqID(2))
+		return err
+	})
+	waitFor(t, 20*time.Second, func() error {
+		if !strings.Contains(logs.String(), "nats stream rmm JOB 1") {
+			return fmt.Errorf("no log line names the big job's way out; logs:\n%s", logs)
+		}
+		return nil
+	})
+	if st := b.status(t); st.Stream.Messages != 1 {
+		t.Errorf("JOB holds %d jobs, want the big one alone", st.Stream.Messages)
+	}
+}
+
+// exhaust takes n jobs from WORKER without acking them and waits out the
+// ack wait: with MaxDeliver 1 their deliveries ran out, as when the pool
+// that took them died.
+func exhaust(t *testing.T, b *testBundle, n int) {
+	t.Helper()
+	msgs, err := b.obj.Worker.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for range msgs.Messages() {
+		got++
+	}
+	if got != n {
+		t.Fatalf("fetched %d jobs, want %d", got, n)
+	}
+	time.Sleep(b.cfg.AckWait + 200*time.Millisecond)
+	b.waitAckPending(t, 0)
+}
+
+func stopPool(t *testing.T, p *queue.Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Errorf("stop pool: %v", err)
+	}
+}
+
+// logBuffer is a log any goroutine may write to.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
