@@ -75,7 +75,10 @@ func badUsage(format string, a ...any) error { return usageError{fmt.Errorf(form
 // run runs jobq with args and returns its exit status. It never calls
 // os.Exit, so every defer runs.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	app := newApp(stdin, stdout, stderr)
+	// A command's output that could not be written (a full disk, a closed
+	// pipe) fails it, though it printed with no check of its own.
+	out := &errWriter{w: stdout}
+	app := newApp(stdin, out, stderr)
 	if len(args) > 2 && (args[1] == "help" || args[1] == "h") && findCommand(app.Commands, args[2]) == nil {
 		fmt.Fprintf(stderr, "jobq: unknown command %q: see jobq --help\n", args[2])
 		return exitUsage
@@ -90,6 +93,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	err = app.Run(flagsFirst(app, args))
+	if err == nil && out.err != nil {
+		err = fmt.Errorf("write output: %w", out.err)
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -316,7 +322,13 @@ func flagsFirst(app *cli.App, args []string) []string {
 		// shows help or rejects it instead of taking it as an argument.
 		flags = append(flags, a)
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if takesValue[name] && !hasValue && i+1 < len(rest) {
+		if takesValue[name] && !hasValue {
+			if i+1 == len(rest) {
+				// A value flag typed last with no value (an unset
+				// $ID): left last, the parser says it needs one. A
+				// "--" after it would be taken for its value.
+				return append(out, flags...)
+			}
 			i++
 			flags = append(flags, rest[i])
 		}
@@ -351,6 +363,9 @@ func flagError(err error) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		return "unknown flag " + dashes(name)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return "flag needs an argument: " + dashes(name)
 	}
 	if before, after, ok := strings.Cut(msg, " for flag -"); ok {
 		name, rest, _ := strings.Cut(after, ":")
@@ -477,8 +492,7 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 		console = true
 	case "json":
 	case "auto":
-		f, ok := w.(*os.File)
-		console = ok && isatty.IsTerminal(f.Fd())
+		console = terminal(w)
 	default:
 		return zerolog.Nop(), badUsage("--log-format %q: want auto, console or json", c.String("log-format"))
 	}
@@ -565,8 +579,11 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	if c.IsSet("max-deliver") && qc.MaxDeliver <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--max-deliver %d: want 1 or more", qc.MaxDeliver)
 	}
-	if c.IsSet("workers") && qc.Workers <= 0 {
-		return server.Config{}, queue.Config{}, badUsage("--workers %d: want 1 or more", qc.Workers)
+	if c.IsSet("workers") && (qc.Workers <= 0 || qc.Workers > queue.MaxWorkers) {
+		return server.Config{}, queue.Config{}, badUsage("--workers %d: want 1 to %d", qc.Workers, queue.MaxWorkers)
+	}
+	if qc.Prefetch < 0 || qc.Prefetch > queue.MaxPrefetch {
+		return server.Config{}, queue.Config{}, badUsage("--prefetch %d: want 0 to %d", qc.Prefetch, queue.MaxPrefetch)
 	}
 	if c.IsSet("prefetch-bytes") && qc.PrefetchBytes <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--prefetch-bytes %d: want 1 or more", qc.PrefetchBytes)
@@ -614,15 +631,8 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		Logger:     log,
 		Debug:      log.GetLevel() <= zerolog.DebugLevel,
 	}
-	switch s := c.String("sync"); s {
-	case "always":
-		sc.SyncAlways = true
-	default:
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return server.Config{}, queue.Config{}, badUsage("--sync %q: want a positive duration such as 1s, or always", s)
-		}
-		sc.SyncInterval = d
+	if err := syncFlag(c, &sc); err != nil {
+		return server.Config{}, queue.Config{}, err
 	}
 	if err := sc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}
@@ -635,6 +645,22 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		}
 	}
 	return sc, qc, nil
+}
+
+// syncFlag reads --sync into sc: always, or how often the store syncs to
+// disk, at least server.MinSyncInterval.
+func syncFlag(c *cli.Context, sc *server.Config) error {
+	s := c.String("sync")
+	if s == "always" {
+		sc.SyncAlways = true
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < server.MinSyncInterval {
+		return badUsage("--sync %q: want a duration of %s or more, such as 1s, or always", s, server.MinSyncInterval)
+	}
+	sc.SyncInterval = d
+	return nil
 }
 
 // maxPayloadLimit is the largest --max-payload: nats-server's file store
@@ -1063,14 +1089,17 @@ func clientFlags() []cli.Flag {
 	}
 }
 
+// maxTimeout bounds --timeout, which enqueue waits four times over.
+const maxTimeout = 24 * time.Hour
+
 // connect dials url with the command's credentials.
 func connect(c *cli.Context, url string) (*nats.Conn, error) {
 	timeout := c.Duration("timeout")
 	if timeout == 0 && !c.IsSet("timeout") {
 		timeout = 5 * time.Second // serve --server has no --timeout
 	}
-	if timeout <= 0 {
-		return nil, badUsage("--timeout %s: want a positive duration", timeout)
+	if timeout <= 0 || timeout > maxTimeout {
+		return nil, badUsage("--timeout %s: want a positive duration of at most %s", timeout, maxTimeout)
 	}
 	if err := validServerURLs(url); err != nil {
 		return nil, usageError{err}
@@ -1109,6 +1138,8 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("the TLS certificate of the server at %s is not for that host: %w; connect by a name or address the certificate holds", redactURL(url), err)
 	case errors.As(err, new(*tls.CertificateVerificationError)):
 		return nil, fmt.Errorf("cannot trust the TLS certificate of the server at %s: %w; pass the CA that signed it with --tls-ca", redactURL(url), err)
+	case err != nil && c.Command.Name == "serve":
+		return nil, fmt.Errorf("cannot reach the NATS server at %s: %w; check --server, or leave it out for the embedded one", redactURL(url), err)
 	case err != nil:
 		return nil, fmt.Errorf("cannot reach a jobq server at %s: %w; start one with `jobq serve` or pass --server", redactURL(url), err)
 	}
@@ -1225,10 +1256,17 @@ func enqueue(c *cli.Context) error {
 	case c.NArg() == 2:
 		payload = []byte(c.Args().Get(1))
 	case c.IsSet("file"):
-		payload, err = os.ReadFile(c.String("file"))
+		f, err := os.Open(c.String("file"))
 		if errors.Is(err, fs.ErrNotExist) {
 			return badUsage("--file %s: no such file", c.String("file"))
 		}
+		if err != nil {
+			return fmt.Errorf("read payload from --file %s: %w", c.String("file"), err)
+		}
+		// Read no further than the limit: the file may be a pipe, or
+		// /dev/zero.
+		payload, err = io.ReadAll(io.LimitReader(f, int64(c.Int("max-payload"))+1))
+		f.Close()
 		if err != nil {
 			return fmt.Errorf("read payload from --file %s: %w", c.String("file"), err)
 		}
@@ -1241,7 +1279,7 @@ func enqueue(c *cli.Context) error {
 		}
 	}
 	if len(payload) > c.Int("max-payload") {
-		return badUsage("payload too large: %d bytes, the limit is %d (--max-payload)", len(payload), c.Int("max-payload"))
+		return badUsage("payload too large: over the limit of %d bytes (--max-payload)", c.Int("max-payload"))
 	}
 	header := nats.Header{}
 	for _, kv := range c.StringSlice("header") {
@@ -1275,10 +1313,16 @@ func enqueue(c *cli.Context) error {
 		Seq       uint64 `json:"seq"`
 		Duplicate bool   `json:"duplicate"`
 	}{ack.Stream, ack.Sequence, ack.Duplicate}
+	var werr error
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, out)
+		werr = printJSON(c.App.Writer, out)
+	} else {
+		_, werr = fmt.Fprintf(c.App.Writer, "stream: %s\nseq: %d\nduplicate: %t\n", out.Stream, out.Seq, out.Duplicate)
 	}
-	fmt.Fprintf(c.App.Writer, "stream: %s\nseq: %d\nduplicate: %t\n", out.Stream, out.Seq, out.Duplicate)
+	if werr != nil {
+		// Said so, a script does not enqueue it again under a new ID.
+		return fmt.Errorf("job stored at seq %d of %s, but its output could not be written: %w", out.Seq, out.Stream, werr)
+	}
 	return nil
 }
 
@@ -1398,9 +1442,8 @@ type importProgress struct {
 }
 
 func newImportProgress(w io.Writer, total int) *importProgress {
-	f, ok := w.(*os.File)
 	now := time.Now()
-	return &importProgress{w: w, tty: ok && isatty.IsTerminal(f.Fd()), total: total, start: now, last: now}
+	return &importProgress{w: w, tty: terminal(w), total: total, start: now, last: now}
 }
 
 func (p *importProgress) update(s queue.ImportSummary) {
@@ -1561,6 +1604,16 @@ func payloadJSON(b []byte) jsonPayload {
 	return jsonPayload{PayloadBase64: base64.StdEncoding.EncodeToString(b)}
 }
 
+// terminal reports whether w, or the writer an errWriter w wraps, is a
+// terminal.
+func terminal(w io.Writer) bool {
+	if e, ok := w.(*errWriter); ok {
+		w = e.w
+	}
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
 // errWriter keeps the first error of its writes.
 type errWriter struct {
 	w   io.Writer
@@ -1608,8 +1661,7 @@ func status(c *cli.Context) error {
 		return queue.ReadStatus(ctx, obj)
 	}
 	w, asJSON := c.App.Writer, c.Bool("json")
-	f, ok := w.(*os.File)
-	tty := ok && isatty.IsTerminal(f.Fd())
+	tty := terminal(w)
 	_, noColor := os.LookupEnv("NO_COLOR")
 	colour := tty && !noColor
 	if !c.Bool("watch") {
@@ -2024,16 +2076,12 @@ func bench(c *cli.Context) error {
 	if c.Int("jobs") <= 0 || c.Int("workers") <= 0 || c.Int("runs") <= 0 || c.Int("payload") < 0 {
 		return badUsage("--jobs, --workers and --runs must be 1 or more, --payload 0 or more")
 	}
+	if w, p := c.Int("workers"), c.Int("prefetch"); w > queue.MaxWorkers || p < 0 || p > queue.MaxPrefetch {
+		return badUsage("--workers %d, --prefetch %d: want --workers 1 to %d, --prefetch 0 (the default) to %d", w, p, queue.MaxWorkers, queue.MaxPrefetch)
+	}
 	sc := server.Config{Logger: zerolog.Nop()}
-	switch s := c.String("sync"); s {
-	case "always":
-		sc.SyncAlways = true
-	default:
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return badUsage("--sync %q: want a positive duration such as 1s, or always", s)
-		}
-		sc.SyncInterval = d
+	if err := syncFlag(c, &sc); err != nil {
+		return err
 	}
 	dir, err := os.MkdirTemp(c.String("dir"), "jobq-bench-")
 	if err != nil {
@@ -2106,8 +2154,7 @@ func bench(c *cli.Context) error {
 // progressPrinter draws a progress bar on a terminal, and a line per phase
 // otherwise. Called with an empty mode, it ends the bar.
 func progressPrinter(w io.Writer) func(mode, phase string, done, total int) {
-	f, ok := w.(*os.File)
-	tty := ok && isatty.IsTerminal(f.Fd())
+	tty := terminal(w)
 	last := ""
 	return func(mode, phase string, done, total int) {
 		key := mode + " " + phase

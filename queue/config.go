@@ -77,6 +77,14 @@ type Config struct {
 // MaxReplicas is the most copies a NATS cluster keeps of a stream.
 const MaxReplicas = 5
 
+// MaxWorkers and MaxPrefetch bound a pool: each worker is a goroutine, and
+// WORKER lets twice workers and prefetch be delivered unacked, which only
+// grows (see ensureConsumer).
+const (
+	MaxWorkers  = 10_000
+	MaxPrefetch = 100_000
+)
+
 // Defaults of Config.
 const (
 	DefaultDedupeWindow  = 10 * time.Minute
@@ -147,10 +155,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("processed ttl %s: want 1s or more", c.ProcessedTTL)
 	case c.ProcessedTTL < c.DedupeWindow:
 		return fmt.Errorf("processed ttl %s is shorter than the dedupe window %s: a republished job could run twice", c.ProcessedTTL, c.DedupeWindow)
-	case c.Workers < 0:
-		return fmt.Errorf("workers %d: want 0 or more", c.Workers)
-	case c.Prefetch < 0:
-		return fmt.Errorf("prefetch %d: want 0 or more", c.Prefetch)
+	case c.Workers < 0 || c.Workers > MaxWorkers:
+		return fmt.Errorf("workers %d: want 0 to %d", c.Workers, MaxWorkers)
+	case c.Prefetch < 0 || c.Prefetch > MaxPrefetch:
+		return fmt.Errorf("prefetch %d: want 0 to %d", c.Prefetch, MaxPrefetch)
 	case c.PrefetchBytes < 0:
 		return fmt.Errorf("prefetch bytes %d is negative", c.PrefetchBytes)
 	case c.FetchWait < 10*time.Millisecond:

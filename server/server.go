@@ -117,8 +117,8 @@ func (c Config) Validate() error {
 	if c.NKey != "" && !nkeys.IsValidPublicUserKey(c.NKey) {
 		return fmt.Errorf("--nkey %q is not a user public key: pass one starting with U, as `nk -gen user -pubout` prints", c.NKey)
 	}
-	if c.SyncInterval < 0 {
-		return fmt.Errorf("sync interval %s is negative", c.SyncInterval)
+	if c.SyncInterval < 0 || c.SyncInterval > 0 && c.SyncInterval < MinSyncInterval {
+		return fmt.Errorf("--sync %s: want %s or more, or always", c.SyncInterval, MinSyncInterval)
 	}
 	if c.MaxStore < 0 || c.MaxMemory < 0 {
 		return fmt.Errorf("--max-store %d, --max-memory %d: want 0 (the server's default) or more", c.MaxStore, c.MaxMemory)
@@ -133,9 +133,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.HTTP != "" {
-		host, _, err := net.SplitHostPort(c.HTTP)
-		if err != nil {
-			return fmt.Errorf("--http %q: want host:port, e.g. 127.0.0.1:8222", c.HTTP)
+		host, port, err := net.SplitHostPort(c.HTTP)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("--http %q: want host:port with a port of 0-65535, e.g. 127.0.0.1:8222", c.HTTP)
 		}
 		if host == "" {
 			host = "0.0.0.0"
@@ -146,6 +146,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// MinSyncInterval is the shortest interval between the store's syncs to
+// disk: the file store spreads its syncs over a random share of the
+// interval, and for anything shorter SyncAlways is what is wanted.
+const MinSyncInterval = time.Millisecond
 
 func (c Config) hasAuth() bool { return c.Token != "" || c.User != "" || c.NKey != "" }
 
