@@ -49,8 +49,8 @@ type Ledger struct {
 // provisioned again) numbers its jobs from 1 again: a record under such an
 // ID that is older than JOB is another job's, of the JOB before, and the
 // job taken for done by it would be acked unrun. It is asked only when such
-// a job finds a done record, which is rare, so that a JOB made anew while
-// jobq runs is seen too.
+// a job finds a record not held by a live claim (a redelivery, a retry), so
+// that a JOB made anew while jobq runs is seen too.
 func (l *Ledger) SetJobStreamCreated(f func(context.Context) (time.Time, error)) {
 	l.jobStreamCreated = f
 }
@@ -122,20 +122,21 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 		}
 		prev, derr := decodeRecord(entry.Value())
 		next := rec
+		var earlier bool
+		if derr == nil && !(prev.State == StateRunning && now.Before(prev.LeaseUntil)) {
+			if earlier, err = l.Earlier(ctx, job.ID, prev); err != nil {
+				return c, fmt.Errorf("claim job %s: %w", job.ID, err)
+			}
+		}
 		switch {
 		case derr != nil:
 			c.Replaced = derr
 			next.Resumed = true
+		case earlier:
+			// Another job's, of an earlier JOB: this job's first claim
+			// takes its place, and keeps none of its times, which would
+			// make this job's own records look as old.
 		case prev.State == StateDone:
-			earlier, err := l.Earlier(ctx, job.ID, prev)
-			if err != nil {
-				return c, fmt.Errorf("claim job %s: %w", job.ID, err)
-			}
-			if earlier {
-				// Another job's, of an earlier JOB: this job's first
-				// claim takes its place.
-				break
-			}
 			c.Record = prev
 			return c, ErrAlreadyDone
 		case prev.State == StateRunning && now.Before(prev.LeaseUntil):
@@ -264,7 +265,8 @@ func (l *Ledger) update(ctx context.Context, c *Claim, next Record) error {
 }
 
 // FailUnclaimed records a dead-lettered job that no worker holds, such as one
-// whose deliveries ran out while jobq was down. A done record is left alone.
+// whose deliveries ran out while jobq was down. A done record is left alone,
+// but for another job's, of an earlier JOB (see Earlier).
 func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) error {
 	key := Key(job.ID)
 	now := time.Now().UTC()
@@ -278,7 +280,16 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 			}
 		case err != nil:
 		default:
-			if prev, derr := decodeRecord(entry.Value()); derr == nil {
+			prev, derr := decodeRecord(entry.Value())
+			var earlier bool
+			if derr == nil {
+				if earlier, err = l.Earlier(ctx, job.ID, prev); err != nil {
+					return fmt.Errorf("record job %s failed: %w", job.ID, err)
+				}
+			}
+			// Another job's record, of an earlier JOB, is written over
+			// afresh (see Claim).
+			if derr == nil && !earlier {
 				if prev.State == StateDone {
 					return nil
 				}

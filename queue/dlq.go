@@ -361,6 +361,12 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 	// was lost, never another job that would be taken for it.
 	m.Header.Set(nats.MsgIdHdr, retryID(d))
 	ack, err := obj.JS.PublishMsg(ctx, m)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || errors.Is(err, nats.ErrMaxPayload) {
+		// A job another client stored that fills JOB's limit: its
+		// re-drive's headers take it over.
+		return nil, fmt.Errorf("re-enqueue dead letter %d: %d bytes with its headers, more than %s takes; raise the server's max_payload (jobq serve --max-payload) and try again, or publish its payload anew", d.Seq, len(m.Data)+headerLen(m.Header), StreamJob)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}

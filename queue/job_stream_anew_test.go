@@ -140,6 +140,14 @@ func TestJOBKeepsRoomForTheDeadLetter(t *testing.T) {
 		return nil
 	})
 	b.waitDrained(t)
+	// Its re-drive adds headers, which JOB has no room for: said so.
+	d, err := queue.FindDeadLetter(ctx, b.obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err == nil || !strings.Contains(err.Error(), "raise the server's max_payload") {
+		t.Errorf("re-drive of a dead letter that fills JOB's limit: got %v, want it refused with what to do", err)
+	}
 }
 
 // A job stored before JOB kept that room may still fill the server's
@@ -225,4 +233,120 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// A seq-1 job of a JOB made anew that claims over the record of the
+// earlier JOB's seq-1 (here failed) keeps none of its times: its own done
+// record is not older than JOB. Delivered again once done (WORKER deleted
+// while it ran, so its ack went nowhere), it is acked unrun. Its claim
+// carried the earlier record's first time over, and its own done record
+// was taken for another job's: it ran twice.
+func TestDoneJobOfAJobStreamMadeAnewRunsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	p := b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("cannot do it"))
+	}))
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil { // no Nats-Msg-Id
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateFailed)
+	b.waitDrained(t)
+	stopPool(t, p)
+
+	b2 := remakeJobs(t, b, queue.Config{AckWait: 3 * time.Second, FetchWait: time.Second})
+	c := newCounter()
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	b2.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		if c.get(job.ID) == 1 {
+			started <- struct{}{}
+			<-release
+		}
+		return nil
+	}))
+	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := b2.js.DeleteConsumer(ctx, queue.StreamJob, queue.ConsumerWorker); err != nil {
+		t.Fatal(err)
+	}
+	close(release)                                        // done, recorded; its ack goes nowhere
+	rec := b2.waitState(t, data.SeqID(1), data.StateDone) // the first run's
+	b2.waitDrained(t)
+	time.Sleep(2 * time.Second)
+	if n := c.get(data.SeqID(1)); n != 1 {
+		t.Errorf("the new JOB's seq-1 ran %d times, want 1; its first done record's first_at %v (carried over from the earlier JOB's job) is before JOB's creation %v",
+			n, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
+	}
+}
+
+// As TestExhaustedJobWithoutIDOfAJobStreamMadeAnewIsDeadLettered, and the
+// dead-lettered job is recorded failed: the earlier JOB's done record was
+// left, and `jobq job seq-1` said a dead-lettered job was done.
+func TestSweptJobOfAJobStreamMadeAnewIsRecordedFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{})
+	p := b.startPool(t, handlers.HandlerFunc(ok))
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateDone)
+	b.waitDrained(t)
+	stopPool(t, p)
+
+	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1, AckWait: time.Second})
+	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	exhaust(t, b2, 1)
+	b2.startPool(t, handlers.HandlerFunc(ok))
+	waitFor(t, 20*time.Second, func() error {
+		_, err := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
+		return err
+	})
+	b2.waitDrained(t)
+	rec, err := queue.LookUp(ctx, b2.obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != data.StateFailed {
+		t.Errorf("jobq job seq-1 of a dead-lettered job: state %s (first_at %v, JOB made at %v), want failed", rec.State, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
+	}
+}
+
+// The largest job jobq's producer stores leaves room in JOB's limit for
+// its re-drive, which adds Jobq-Job-Id and a longer Nats-Msg-Id
+// (jobq-retry-<seq>-<nanos>). Filling JOB's limit, it could never be
+// re-driven.
+func TestLargestJobOfTheProducerCanBeRedriven(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("cannot do it"))
+	}))
+	// The largest payload the producer takes under ID "big".
+	size := int(b.obj.Jobs.CachedInfo().Config.MaxMsgSize)
+	for {
+		_, err := b.prod.Enqueue(ctx, "job.big", make([]byte, size), queue.EnqueueOptions{ID: "big"})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, queue.ErrPayloadTooLarge) {
+			t.Fatalf("enqueue %d bytes: %v", size, err)
+		}
+		size--
+	}
+	t.Logf("largest payload enqueued: %d bytes; JOB's MaxMsgSize %d, server max payload %d", size, b.obj.Jobs.CachedInfo().Config.MaxMsgSize, b.nc.MaxPayload())
+	b.waitState(t, "big", data.StateFailed)
+	d, err := queue.FindDeadLetter(ctx, b.obj, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil {
+		t.Errorf("re-drive of a job jobq's producer stored and DLQ holds: %v", err)
+	}
 }

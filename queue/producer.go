@@ -136,8 +136,8 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 	// Room is kept for the headers its dead letter adds (dlqRoom): a job
 	// that fills the server's limit would be refused by DLQ every time.
 	if size := int64(len(payload) + headerLen(msg.Header)); size > 32<<10 {
-		if limit := p.js.Conn().MaxPayload(); limit > 0 && size+dlqRoom > limit {
-			return nil, fmt.Errorf("%w: %d bytes with its headers, the server takes at most %d less %d for its dead letter's headers (its jobq serve --max-payload, less room for headers)", ErrPayloadTooLarge, size, limit, dlqRoom)
+		if limit := p.js.Conn().MaxPayload(); limit > 0 && size+dlqRoom+redriveRoom > limit {
+			return nil, fmt.Errorf("%w: %d bytes with its headers, the server takes at most %d less %d for its dead letter's headers and its re-drive's (its jobq serve --max-payload, less room for headers)", ErrPayloadTooLarge, size, limit, dlqRoom+redriveRoom)
 		}
 	}
 	return msg, nil
@@ -145,7 +145,13 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 
 // dlqRoom is what a job leaves of the server's limit on a message for the
 // headers its dead letter adds: jobq's, and the error, up to maxErrorHeader.
+// JOB holds every client to it (see jobStreamConfig).
 const dlqRoom = 2 << 10
+
+// redriveRoom is what a job from jobq's producer leaves of JOB's limit for
+// what its re-drive (dlq retry) adds: Jobq-Job-Id, and a Nats-Msg-Id of the
+// re-drive's own in place of the job's (see retryID).
+const redriveRoom = 128
 
 // headerName reports whether k is a header name NATS carries: a token of
 // RFC 7230, as nats.go checks before it sends a message.

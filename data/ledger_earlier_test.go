@@ -1,0 +1,92 @@
+package data_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jobq/jobq/data"
+)
+
+// A seq-ID job of a JOB made anew that finds a not-done record of the
+// earlier JOB's job at its sequence (retrying, failed, an expired claim)
+// takes it over afresh: its claim carried the record's first time over, so
+// its own done record was older than JOB, and a redelivery of it was taken
+// for another job's and run again.
+func TestLedgerDoneRecordOfAClaimOverAnEarlierStreamsIsDone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := data.NewLedger(newKV(t), time.Minute, nil)
+	id := data.SeqID(1)
+
+	// The earlier JOB: seq-1 failed an attempt and waits for a retry.
+	c, err := l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1}, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Retry(ctx, &c, time.Millisecond, "boom"); err != nil {
+		t.Fatal(err)
+	}
+
+	// JOB deleted and made anew.
+	time.Sleep(5 * time.Millisecond)
+	created := time.Now()
+	l.SetJobStreamCreated(func(context.Context) (time.Time, error) { return created, nil })
+	time.Sleep(5 * time.Millisecond)
+
+	// The new JOB's seq-1 runs and is recorded done.
+	c, err = l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1, EnqueuedAt: time.Now()}, "w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same message delivered again (its ack lost).
+	c2, err := l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 2}, "w3")
+	if !errors.Is(err, data.ErrAlreadyDone) {
+		t.Errorf("redelivery of a job recorded done: got %v (record %+v), want ErrAlreadyDone; its done record has FirstAt %v, before JOB's creation %v",
+			err, c2.Record, c.Record.FirstAt, created)
+	}
+}
+
+// FailUnclaimed writes over an earlier JOB's done record: it left any done
+// record alone, so a seq-ID job of a JOB made anew that the sweep
+// dead-lettered stayed "done", and its dead-lettered copy, delivered again
+// once its removal from JOB was lost, was not told apart (ErrDeadLettered)
+// but claimed and run.
+func TestLedgerFailUnclaimedWritesOverAnEarlierStreamsDoneRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := data.NewLedger(newKV(t), time.Minute, nil)
+	id := data.SeqID(1)
+	c, err := l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1}, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	created := time.Now()
+	l.SetJobStreamCreated(func(context.Context) (time.Time, error) { return created, nil })
+	time.Sleep(5 * time.Millisecond)
+
+	job := &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 3, EnqueuedAt: time.Now()}
+	if err := l.FailUnclaimed(ctx, job, "deliveries exhausted (max deliver 3)"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := l.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != data.StateFailed {
+		t.Errorf("record of the dead-lettered job: state %s, first_at %v (before JOB's creation %v); want failed", rec.State, rec.FirstAt, created)
+	}
+	again := &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 4, EnqueuedAt: job.EnqueuedAt}
+	if _, err := l.Claim(ctx, again, "w2"); !errors.Is(err, data.ErrDeadLettered) {
+		t.Errorf("the dead-lettered copy delivered again: got %v, want ErrDeadLettered (it would run)", err)
+	}
+}
