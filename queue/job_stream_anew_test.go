@@ -274,6 +274,12 @@ func TestDoneJobOfAJobStreamMadeAnewRunsOnce(t *testing.T) {
 	}
 	close(release)                                        // done, recorded; its ack goes nowhere
 	rec := b2.waitState(t, data.SeqID(1), data.StateDone) // the first run's
+	// The pool makes WORKER anew, which delivers the job again: acked,
+	// JOB drains.
+	waitFor(t, 20*time.Second, func() error {
+		_, err := b2.js.Consumer(ctx, queue.StreamJob, queue.ConsumerWorker)
+		return err
+	})
 	b2.waitDrained(t)
 	time.Sleep(2 * time.Second)
 	if n := c.get(data.SeqID(1)); n != 1 {
