@@ -16,6 +16,8 @@ import (
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server"
+	"github.com/jobq/jobq/server/servertest"
 )
 
 // remakeJobs deletes JOB, as nats stream rm JOB does, and provisions it
@@ -347,6 +349,45 @@ func TestLargestJobOfTheProducerCanBeRedriven(t *testing.T) {
 		size--
 	}
 	t.Logf("largest payload enqueued: %d bytes; JOB's MaxMsgSize %d, server max payload %d", size, b.obj.Jobs.CachedInfo().Config.MaxMsgSize, b.nc.MaxPayload())
+	b.waitState(t, "big", data.StateFailed)
+	d, err := queue.FindDeadLetter(ctx, b.obj, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil {
+		t.Errorf("re-drive of a job jobq's producer stored and DLQ holds: %v", err)
+	}
+}
+
+// The same on a server whose max_payload is above jobq's --max-payload +
+// 64 KiB (a NATS server of its own, --server): JOB's limit is below the
+// server's, and the producer keeps its re-drive's room against JOB's. It
+// kept it against the server's, so it stored a job that filled JOB's
+// limit, which once dead-lettered could never be re-driven.
+func TestLargestJobOfTheProducerOnABiggerServerCanBeRedriven(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupOn(t, servertest.StartConfig(t, server.Config{MaxPayload: 4 << 20, Logger: servertest.Logger(t)}), queue.Config{MaxDeliver: 1})
+	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("cannot do it"))
+	}))
+	payload := make([]byte, b.cfg.MaxPayload) // the largest payload the producer takes
+	// The longest header that the producer takes with it: JOB's limit.
+	lo, hi := 0, 65000
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		_, err := b.prod.Enqueue(ctx, "job.probe", payload, queue.EnqueueOptions{ID: "probe", Header: map[string][]string{"X-Pad": {strings.Repeat("p", mid)}}})
+		if err == nil {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+		// each probe that lands is a job of its own (dedupe: stored once)
+	}
+	t.Logf("largest header value the producer stored: %d bytes; JOB's MaxMsgSize %d, server max payload %d", lo, b.obj.Jobs.CachedInfo().Config.MaxMsgSize, b.nc.MaxPayload())
+	if _, err := b.prod.Enqueue(ctx, "job.big", payload, queue.EnqueueOptions{ID: "big", Header: map[string][]string{"X-Pad": {strings.Repeat("p", lo)}}}); err != nil {
+		t.Fatal(err)
+	}
 	b.waitState(t, "big", data.StateFailed)
 	d, err := queue.FindDeadLetter(ctx, b.obj, "big")
 	if err != nil {

@@ -129,15 +129,14 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 		return nil, err
 	}
 	msg.Header.Set(nats.MsgIdHdr, id)
-	// The server's own limit, if lower (another --max-payload, or a NATS
-	// server of its own): it would refuse the job with a bare
-	// "maximum payload exceeded". Checked for larger jobs only, as no
-	// server takes less than that.
-	// Room is kept for the headers its dead letter adds (dlqRoom): a job
-	// that fills the server's limit would be refused by DLQ every time.
+	// JOB's limit (see jobMaxMsgSize), less room for the headers of the
+	// job's re-drive, which would be refused every time otherwise: the
+	// server refuses a larger job with a bare "message size exceeds
+	// maximum allowed". Checked for larger jobs only, as no server takes
+	// less than that.
 	if size := int64(len(payload) + headerLen(msg.Header)); size > 32<<10 {
-		if limit := p.js.Conn().MaxPayload(); limit > 0 && size+dlqRoom+redriveRoom > limit {
-			return nil, fmt.Errorf("%w: %d bytes with its headers, the server takes at most %d less %d for its dead letter's headers and its re-drive's (its jobq serve --max-payload, less room for headers)", ErrPayloadTooLarge, size, limit, dlqRoom+redriveRoom)
+		if limit := jobMaxMsgSize(p.maxPayload, p.js.Conn().MaxPayload()); size+redriveRoom > limit {
+			return nil, fmt.Errorf("%w: %d bytes with its headers, %s takes at most %d less %d kept for its re-drive's headers (set by jobq serve --max-payload and the server's max_payload)", ErrPayloadTooLarge, size, StreamJob, limit, redriveRoom)
 		}
 	}
 	return msg, nil

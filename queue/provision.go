@@ -59,13 +59,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zero
 // jobStreamConfig is JOB as jobq makes it, on a server that carries
 // messages of up to serverMax bytes (0: unknown).
 func jobStreamConfig(cfg Config, serverMax int64) jetstream.StreamConfig {
-	// Room for headers; and a job leaves room in the server's limit for
-	// what its dead letter adds (dlqRoom), or DLQ would refuse it every
-	// time. jobq's producer checks that; JOB holds every client to it.
-	maxMsg := int64(cfg.MaxPayload) + 64<<10
-	if serverMax > 0 {
-		maxMsg = min(maxMsg, serverMax)
-	}
 	return jetstream.StreamConfig{
 		Name:        StreamJob,
 		Description: "jobq jobs",
@@ -75,10 +68,22 @@ func jobStreamConfig(cfg Config, serverMax int64) jetstream.StreamConfig {
 		// A full store refuses new jobs rather than dropping stored ones.
 		Discard:    jetstream.DiscardNew,
 		Duplicates: cfg.DedupeWindow,
-		MaxMsgSize: int32(maxMsg - dlqRoom),
+		MaxMsgSize: int32(jobMaxMsgSize(cfg.MaxPayload, serverMax)),
 		MaxBytes:   cmp.Or(cfg.MaxBytes, -1),
 		Replicas:   cfg.Replicas,
 	}
+}
+
+// jobMaxMsgSize is the largest job JOB takes, headers and all: maxPayload
+// and 64 KiB of room for headers, or the server's limit (0: unknown) if
+// lower, less the room a job leaves for what its dead letter adds
+// (dlqRoom), or DLQ would refuse it every time.
+func jobMaxMsgSize(maxPayload int, serverMax int64) int64 {
+	limit := int64(maxPayload) + 64<<10
+	if serverMax > 0 {
+		limit = min(limit, serverMax)
+	}
+	return limit - dlqRoom
 }
 
 func deadStreamConfig(cfg Config) jetstream.StreamConfig {
