@@ -57,16 +57,21 @@ func (l *Ledger) SetJobStreamCreated(f func(context.Context) (time.Time, error))
 
 // Earlier reports whether rec, the record under id, is of a job of an
 // earlier JOB than the one there now (see SetJobStreamCreated): not id's
-// job, though it bears its name.
+// job, though it bears its name. It goes by when the record's job was
+// stored (StoredAt), or for a record without, when it first ran.
 func (l *Ledger) Earlier(ctx context.Context, id string, rec Record) (bool, error) {
-	if l.jobStreamCreated == nil || !IsSeqID(id) || rec.FirstAt.IsZero() {
+	at := rec.StoredAt
+	if at.IsZero() {
+		at = rec.FirstAt // a record written before StoredAt was kept
+	}
+	if l.jobStreamCreated == nil || !IsSeqID(id) || at.IsZero() {
 		return false, nil
 	}
 	created, err := l.jobStreamCreated(ctx)
 	if err != nil {
 		return false, fmt.Errorf("job %s: tell its record from an earlier stream's: %w", id, err)
 	}
-	return rec.FirstAt.Before(created), nil
+	return at.Before(created), nil
 }
 
 // NewLedger returns a Ledger over kv whose claims last lease unless renewed.
@@ -184,8 +189,17 @@ func (l *Ledger) newClaimRecord(job *Job, worker string) Record {
 	return Record{
 		ID: job.ID, State: StateRunning, Subject: job.Subject, Seq: job.Seq,
 		Attempts: max(job.Attempt, 1), Worker: worker, LeaseUntil: now.Add(l.lease), FirstAt: now, StartedAt: now,
-		Resumed: job.Attempt > 1 || job.Resumed,
+		Resumed: job.Attempt > 1 || job.Resumed, StoredAt: storedAt(job),
 	}
+}
+
+// storedAt is the StoredAt of job's records: when its message was stored,
+// for a job known by its stream sequence alone.
+func storedAt(job *Job) time.Time {
+	if !IsSeqID(job.ID) || job.EnqueuedAt.IsZero() {
+		return time.Time{}
+	}
+	return job.EnqueuedAt.UTC()
 }
 
 // CauseCutOff is the last error recorded for an attempt that shutdown cut
@@ -271,7 +285,7 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 	key := Key(job.ID)
 	now := time.Now().UTC()
 	for range 8 {
-		rec := Record{ID: job.ID, State: StateFailed, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: cause}
+		rec := Record{ID: job.ID, State: StateFailed, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: cause, StoredAt: storedAt(job)}
 		entry, err := l.kv.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):

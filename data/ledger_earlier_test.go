@@ -90,3 +90,40 @@ func TestLedgerFailUnclaimedWritesOverAnEarlierStreamsDoneRecord(t *testing.T) {
 		t.Errorf("the dead-lettered copy delivered again: got %v, want ErrDeadLettered (it would run)", err)
 	}
 }
+
+// A SeqID job's records keep when its message was stored, and Earlier goes
+// by that: a job of an earlier JOB that first runs after JOB was made anew
+// writes records that are still told for the earlier JOB's. A job with an
+// ID of its own keeps no such time.
+func TestLedgerRecordsOfASeqIDJobKeepWhenItWasStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := data.NewLedger(newKV(t), time.Minute, nil)
+	stored := time.Now().Add(-time.Second).UTC()
+	created := stored.Add(500 * time.Millisecond) // JOB made anew after the job was stored
+	l.SetJobStreamCreated(func(context.Context) (time.Time, error) { return created, nil })
+	for _, id := range []string{data.SeqID(7), "own"} {
+		c, err := l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 7, Attempt: 1, EnqueuedAt: stored}, "w1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := l.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := stored
+		if id == "own" {
+			want = time.Time{}
+		}
+		if !rec.StoredAt.Equal(want) {
+			t.Errorf("%s: stored_at %v, want %v", id, rec.StoredAt, want)
+		}
+		earlier, err := l.Earlier(ctx, id, rec)
+		if err != nil || earlier != (id != "own") {
+			t.Errorf("%s: Earlier = %v, %v; want %v (first ran at %v, after JOB's making at %v)", id, earlier, err, id != "own", rec.FirstAt, created)
+		}
+	}
+}

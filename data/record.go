@@ -37,6 +37,12 @@ type Record struct {
 	// Took is how long the last finished attempt ran.
 	Took      time.Duration `json:"took_ns,omitempty"`
 	LastError string        `json:"last_error,omitempty"`
+	// StoredAt is when the job's message was stored in JOB, kept for a
+	// job known by its stream sequence (SeqID) alone: it tells the
+	// job's records from those of an earlier JOB's job at the same
+	// sequence (see Ledger.Earlier). Both it and JOB's creation are the
+	// server's times.
+	StoredAt time.Time `json:"stored_at,omitzero"`
 }
 
 // ErrCorruptRecord is returned for a ledger value that is not a Record.
@@ -85,6 +91,7 @@ func (r Record) appendTo(b []byte) []byte {
 		b = append(b, `,"last_error":`...)
 		b = appendString(b, r.LastError)
 	}
+	b = appendTime(b, `,"stored_at":`, r.StoredAt)
 	return append(b, '}')
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -395,5 +396,55 @@ func TestLargestJobOfTheProducerOnABiggerServerCanBeRedriven(t *testing.T) {
 	}
 	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil {
 		t.Errorf("re-drive of a job jobq's producer stored and DLQ holds: %v", err)
+	}
+}
+
+// JOB is made anew while the pool holds a job of the earlier JOB (seq-2)
+// that has not started yet: one worker, busy with seq-1. That job's
+// records keep when it was stored (before JOB was made anew), so the new
+// JOB's seq-2 tells them from its own, and runs. They went by when the job
+// first ran, after JOB was made anew, and the new seq-2 was acked unrun.
+func TestJobOfAJobStreamMadeAnewRunsAfterAnEarlierJobStartedLate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{Workers: 1})
+	var mu sync.Mutex
+	var seen []string
+	started, release := make(chan struct{}, 8), make(chan struct{})
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s=%s", job.ID, job.Payload))
+		mu.Unlock()
+		if string(job.Payload) == "a1" {
+			started <- struct{}{}
+			<-release
+		}
+		return nil
+	}))
+	for _, p := range []string{"a1", "a2"} { // no Nats-Msg-Id: seq-1, seq-2
+		if _, err := b.js.Publish(ctx, "job.a", []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-started
+	b.waitAckPending(t, 2) // a2 is in the pool, waiting for the worker
+
+	b2 := remakeJobs(t, b, queue.Config{Workers: 1})
+	for _, p := range []string{"b1", "b2"} { // the new JOB's seq-1, seq-2
+		if _, err := b2.js.Publish(ctx, "job.a", []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	b2.waitDrained(t)
+	time.Sleep(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	got := append([]string(nil), seen...)
+	sort.Strings(got)
+	if want := "[seq-1=a1 seq-1=b1 seq-2=a2 seq-2=b2]"; fmt.Sprint(got) != want {
+		rec := b2.record(t, data.SeqID(2))
+		t.Errorf("handler ran %v, want %s; the record of seq-2 is %s with first_at %v, JOB made at %v", got, want, rec.State, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
 	}
 }
