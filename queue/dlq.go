@@ -159,6 +159,9 @@ type DeadLetter struct {
 	FailedAt time.Time           `json:"failed_at"`
 	Header   map[string][]string `json:"headers,omitempty"`
 	Payload  []byte              `json:"payload,omitempty"`
+	// storedAt is when its job was stored in JOB, from its Nats-Msg-Id
+	// (see deadLetterID), to the millisecond; zero if unknown.
+	storedAt time.Time
 }
 
 func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
@@ -170,6 +173,13 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	d.JobSeq, _ = strconv.ParseUint(h.Get(HeaderSeq), 10, 64)
 	d.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	d.FailedAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderFailedAt))
+	if rest, ok := strings.CutPrefix(h.Get(nats.MsgIdHdr), "dlq-"); ok {
+		if _, ms, ok := strings.Cut(rest, "-"); ok {
+			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+				d.storedAt = time.UnixMilli(n)
+			}
+		}
+	}
 	for k, v := range h {
 		if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
 			d.Header[k] = v
@@ -340,7 +350,11 @@ func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, err
 // ledger record is made sure of first (unless a lease holds the job), so
 // that no copy of the job runs beside the re-driven one.
 func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstream.PubAck, error) {
-	job := &data.Job{ID: d.ID, Subject: d.Subject, Seq: d.JobSeq}
+	id, err := redriveID(ctx, obj, d)
+	if err != nil {
+		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
+	}
+	job := &data.Job{ID: id, Subject: d.Subject, Seq: d.JobSeq}
 	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
 	defer ledger.Close()
 	leases, err := takesLeases(obj)
@@ -355,7 +369,7 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 	for k, v := range d.Header {
 		m.Header[k] = v
 	}
-	m.Header.Set(HeaderJobID, d.ID)
+	m.Header.Set(HeaderJobID, id)
 	// The re-drive's own ID, which no job may take (see ValidID): a
 	// duplicate is this very dead letter re-enqueued before, whose answer
 	// was lost, never another job that would be taken for it.
@@ -377,6 +391,30 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 		return ack, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
 	}
 	return ack, nil
+}
+
+// redriveID is the job ID d's re-drive runs under: its own. But a job
+// known by its JOB sequence alone (seq-N) of a JOB since made anew shares
+// that ID with the new JOB's job at its sequence, whose record would make
+// one of the two be taken for the other, done, and acked unrun: its
+// re-drive is known by its own Nats-Msg-Id (see retryID), which no job may
+// take.
+func redriveID(ctx context.Context, obj *Objects, d DeadLetter) (string, error) {
+	if !data.IsSeqID(d.ID) {
+		return d.ID, nil
+	}
+	stored := d.storedAt
+	if stored.IsZero() {
+		stored = d.FailedAt // a job fails after it was stored
+	}
+	s, err := obj.JS.Stream(ctx, StreamJob)
+	if err != nil {
+		return "", fmt.Errorf("look up stream %s, to tell whether job %s is one of it: %w", StreamJob, d.ID, err)
+	}
+	if stored.IsZero() || stored.Before(s.CachedInfo().Created) {
+		return retryID(d), nil
+	}
+	return d.ID, nil
 }
 
 // retryIDPrefix starts the Nats-Msg-Id of a dead letter's re-drive, which

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -446,5 +447,119 @@ func TestJobOfAJobStreamMadeAnewRunsAfterAnEarlierJobStartedLate(t *testing.T) {
 	if want := "[seq-1=a1 seq-1=b1 seq-2=a2 seq-2=b2]"; fmt.Sprint(got) != want {
 		rec := b2.record(t, data.SeqID(2))
 		t.Errorf("handler ran %v, want %s; the record of seq-2 is %s with first_at %v, JOB made at %v", got, want, rec.State, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
+	}
+}
+
+// A job without a Nats-Msg-Id (seq-1) of JOB is dead-lettered. JOB is made
+// anew, and its own seq-1 runs and is done. The operator then re-drives the
+// earlier JOB's dead letter (DLQ outlives JOB): it must run, or stay in
+// DLQ. It runs, under an ID of its own (its re-drive's Nats-Msg-Id). Known
+// by the ID seq-1, it was taken for the new JOB's done seq-1 and acked
+// unrun, its dead letter removed: lost.
+func TestRedriveOfAnEarlierJobStreamsDeadLetterRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	var mu sync.Mutex
+	var seen []string
+	h := handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s=%s", job.ID, job.Payload))
+		if string(job.Payload) == "first" && len(seen) == 1 {
+			return handlers.Permanent(errors.New("cannot do it yet"))
+		}
+		return nil
+	})
+	p := b.startPool(t, h)
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil { // no Nats-Msg-Id
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateFailed)
+	b.waitDrained(t)
+	stopPool(t, p)
+
+	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	b2.startPool(t, h)
+	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil { // the new JOB's seq-1
+		t.Fatal(err)
+	}
+	b2.waitState(t, data.SeqID(1), data.StateDone)
+	b2.waitDrained(t)
+
+	d, err := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(d.Payload) != "first" {
+		t.Fatalf("dead letter holds %q", d.Payload)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b2.obj, d); err != nil {
+		t.Fatal(err)
+	}
+	b2.waitDrained(t)
+	time.Sleep(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := "[seq-1=first seq-1=second jobq-retry-1-" + strconv.FormatInt(d.FailedAt.UnixNano(), 10) + "=first]"; fmt.Sprint(seen) != want {
+		_, derr := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
+		t.Errorf("handler ran %v, want %s: the re-driven job of the earlier JOB, under an ID of its own (dead letter lookup: %v)", seen, want, derr)
+	}
+}
+
+// The other way round: the new JOB's seq-1 waits in JOB (no pool runs)
+// when the earlier JOB's dead letter seq-1 is re-driven. Both must run.
+func TestNewJobRunsBesideARedriveOfAnEarlierJobStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	var mu sync.Mutex
+	var seen []string
+	h := handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s=%s", job.ID, job.Payload))
+		if string(job.Payload) == "first" && len(seen) == 1 {
+			return handlers.Permanent(errors.New("cannot do it yet"))
+		}
+		return nil
+	})
+	p := b.startPool(t, h)
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateFailed)
+	b.waitDrained(t)
+	stopPool(t, p)
+
+	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil { // the new JOB's seq-1, waiting
+		t.Fatal(err)
+	}
+	d, err := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b2.obj, d); err != nil {
+		t.Fatal(err)
+	}
+	b2.startPool(t, h)
+	waitFor(t, 20*time.Second, func() error {
+		st := b2.status(t)
+		if st.Stream.Messages != 0 || st.Consumer.AckPending != 0 {
+			return fmt.Errorf("JOB holds %d", st.Stream.Messages)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	got := map[string]int{}
+	for _, s := range seen[1:] {
+		_, payload, _ := strings.Cut(s, "=")
+		got[payload]++
+	}
+	if got["first"] != 1 || got["second"] != 1 {
+		t.Errorf("after JOB made anew, handler ran %v, want the re-drive (first) and the new job (second) once each", seen[1:])
 	}
 }
