@@ -110,6 +110,15 @@ func TestExhaustedJobWithoutIDOfAJobStreamMadeAnewIsDeadLettered(t *testing.T) {
 		return nil
 	})
 	b2.waitDrained(t)
+	// Recorded failed over the earlier job's done record, which was left:
+	// jobq job seq-1 said a dead-lettered job was done.
+	rec, err := queue.LookUp(ctx, b2.obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != data.StateFailed {
+		t.Errorf("jobq job seq-1 of a dead-lettered job: state %s (first_at %v, JOB made at %v), want failed", rec.State, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
+	}
 }
 
 // JOB refuses, from any client, a job whose dead letter the server could
@@ -289,41 +298,6 @@ func TestDoneJobOfAJobStreamMadeAnewRunsOnce(t *testing.T) {
 	if n := c.get(data.SeqID(1)); n != 1 {
 		t.Errorf("the new JOB's seq-1 ran %d times, want 1; its first done record's first_at %v (carried over from the earlier JOB's job) is before JOB's creation %v",
 			n, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
-	}
-}
-
-// As TestExhaustedJobWithoutIDOfAJobStreamMadeAnewIsDeadLettered, and the
-// dead-lettered job is recorded failed: the earlier JOB's done record was
-// left, and `jobq job seq-1` said a dead-lettered job was done.
-func TestSweptJobOfAJobStreamMadeAnewIsRecordedFailed(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t, queue.Config{})
-	p := b.startPool(t, handlers.HandlerFunc(ok))
-	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil {
-		t.Fatal(err)
-	}
-	b.waitState(t, data.SeqID(1), data.StateDone)
-	b.waitDrained(t)
-	stopPool(t, p)
-
-	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1, AckWait: time.Second})
-	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil {
-		t.Fatal(err)
-	}
-	exhaust(t, b2, 1)
-	b2.startPool(t, handlers.HandlerFunc(ok))
-	waitFor(t, 20*time.Second, func() error {
-		_, err := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
-		return err
-	})
-	b2.waitDrained(t)
-	rec, err := queue.LookUp(ctx, b2.obj, data.SeqID(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.State != data.StateFailed {
-		t.Errorf("jobq job seq-1 of a dead-lettered job: state %s (first_at %v, JOB made at %v), want failed", rec.State, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created)
 	}
 }
 
