@@ -209,10 +209,11 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)
 		return false
-	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != it.job.Seq && !redriven(it.job):
+	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != it.job.Seq && !redriven(it.job) && !p.earlierClaim(opCtx, it.job, claim.Record):
 		// The same ID published again while the first copy runs: that copy
 		// stays in JOB until its outcome is recorded, so this one can go.
-		// A re-drive waits instead (see leasedElsewhere).
+		// A re-drive waits instead (see leasedElsewhere), and so does a
+		// job whose ID only an earlier JOB's job shares.
 		log.Warn().Uint64("running_seq", claim.Record.Seq).Msg("duplicate of a running job: acked without running")
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)
@@ -231,6 +232,15 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	}
 	it.setClaim(claim)
 	return true
+}
+
+// earlierClaim reports whether rec, a live claim on job's ID, is an earlier
+// JOB's job's (see data.Ledger.Earlier), or may be: a job known by its
+// stream sequence (seq-N) shares its ID with the jobs at that sequence of
+// every JOB made anew, and is not a copy of theirs to drop.
+func (p *Pool) earlierClaim(ctx context.Context, job *data.Job, rec data.Record) bool {
+	earlier, err := p.ledger.Earlier(ctx, job.ID, rec)
+	return earlier || err != nil
 }
 
 // setClaim records the job's claim; the heartbeat loop may read it.

@@ -537,3 +537,87 @@ func TestNewJobRunsBesideARedriveOfAnEarlierJobStream(t *testing.T) {
 		t.Errorf("after JOB made anew, handler ran %v, want the re-drive (first) and the new job (second) once each", seen[1:])
 	}
 }
+
+// The earlier JOB's seq-1 was dead-lettered and re-driven under seq-1 (JOB
+// not made anew yet); its copy, at JOB seq 2, runs on a live claim when
+// JOB is made anew. The new JOB's seq-1, at seq 1, meets that claim: it
+// waits for it to end, and runs. Taken for a duplicate of the running
+// job (a claim at another sequence), it was acked unrun.
+func TestNewJobBesideALiveRedriveOfAnEarlierJobStreamRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1, AckWait: 3 * time.Second})
+	var mu sync.Mutex
+	var seen []string
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s@%d=%s", job.ID, job.Seq, job.Payload))
+		n := len(seen)
+		mu.Unlock()
+		if string(job.Payload) == "first" {
+			if n == 1 {
+				return handlers.Permanent(errors.New("cannot do it yet"))
+			}
+			started <- struct{}{} // the re-driven copy: runs long
+			<-release
+		}
+		return nil
+	}))
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil { // no Nats-Msg-Id: seq-1
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateFailed)
+	d, err := queue.DeadLetterOf(ctx, b.obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil { // JOB not made anew: under seq-1
+		t.Fatal(err)
+	}
+	<-started // the copy, at JOB seq 2, holds a live claim on seq-1
+
+	b2 := remakeJobs(t, b, queue.Config{AckWait: 3 * time.Second})
+	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil { // the new JOB's seq-1
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	close(release)
+	waitFor(t, 20*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range seen {
+			if s == "seq-1@1=second" {
+				return nil
+			}
+		}
+		st := b2.status(t)
+		return fmt.Errorf("handler ran %v; the new JOB's seq-1 (second) never ran; JOB holds %d jobs, %d ack pending", seen, st.Stream.Messages, st.Consumer.AckPending)
+	})
+}
+
+// jobq job seq-1 after JOB was made anew, its new seq-1 waiting in JOB (no
+// pool runs): no record, rather than the earlier JOB's seq-1's, done, for
+// a job that never ran.
+func TestLookUpOfANewJobIgnoresAnEarlierJobStreamsRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{})
+	p := b.startPool(t, handlers.HandlerFunc(ok))
+	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateDone)
+	b.waitDrained(t)
+	stopPool(t, p)
+
+	b2 := remakeJobs(t, b, queue.Config{})
+	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil { // pending, never run
+		t.Fatal(err)
+	}
+	rec, err := queue.LookUp(ctx, b2.obj, data.SeqID(1))
+	if !errors.Is(err, data.ErrNotFound) {
+		t.Errorf("jobq job seq-1 of a job waiting in the new JOB: state %s, first at %v (JOB made at %v), err %v; want no record (pending)",
+			rec.State, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created, err)
+	}
+}

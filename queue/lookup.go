@@ -27,7 +27,17 @@ const StateLeased data.State = "leased"
 func LookUp(ctx context.Context, obj *Objects, id string) (data.Record, error) {
 	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
 	defer ledger.Close()
+	ledger.SetJobStreamCreated(jobStreamCreated(obj.JS))
 	rec, err := ledger.Get(ctx, id)
+	if err == nil {
+		// An earlier JOB's job's record is not this one's (a seq-N job
+		// of a JOB made anew).
+		earlier, eerr := ledger.Earlier(ctx, id, rec)
+		if eerr != nil || !earlier {
+			return rec, eerr
+		}
+		err = data.ErrNotFound
+	}
 	if !errors.Is(err, data.ErrNotFound) {
 		return rec, err
 	}

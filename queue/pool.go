@@ -177,6 +177,18 @@ func (it *inflight) lose(cause error) {
 	}
 }
 
+// jobStreamCreated looks up when JOB was created, for the ledger to tell
+// an earlier JOB's jobs' records (see data.Ledger.SetJobStreamCreated).
+func jobStreamCreated(js jetstream.JetStream) func(context.Context) (time.Time, error) {
+	return func(ctx context.Context) (time.Time, error) {
+		s, err := js.Stream(ctx, StreamJob)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return s.CachedInfo().Created, nil
+	}
+}
+
 // NewPool returns a pool that runs jobs from obj's WORKER through h.
 func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	cfg := obj.Config
@@ -210,13 +222,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	if info := obj.Worker.CachedInfo(); info != nil {
 		p.keepPullLimits(info.Config)
 	}
-	p.ledger.SetJobStreamCreated(func(ctx context.Context) (time.Time, error) {
-		s, err := obj.JS.Stream(ctx, StreamJob)
-		if err != nil {
-			return time.Time{}, err
-		}
-		return s.CachedInfo().Created, nil
-	})
+	p.ledger.SetJobStreamCreated(jobStreamCreated(obj.JS))
 	return p
 }
 
