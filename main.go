@@ -1966,16 +1966,27 @@ func dlqRetry(c *cli.Context) error {
 		ID     string `json:"id"`
 		DLQSeq uint64 `json:"dlq_seq"`
 		Seq    uint64 `json:"seq"`
+		// RunsAs: the ID the re-drive runs under, when not ID (see
+		// queue.Redrive).
+		RunsAs string `json:"runs_as,omitempty"`
 	}
 	results := []result{}
 	retry := func(d queue.DeadLetter) error {
 		// A dead letter re-enqueued and not removed from DLQ comes with
 		// both: it counts as retried.
-		ack, err := queue.RetryDeadLetter(c.Context, obj, d)
-		if ack != nil {
-			results = append(results, result{d.ID, d.Seq, ack.Sequence})
+		r, err := queue.RetryDeadLetter(c.Context, obj, d)
+		if r != nil {
+			res := result{ID: d.ID, DLQSeq: d.Seq, Seq: r.Sequence}
+			if r.ID != d.ID {
+				res.RunsAs = r.ID
+			}
+			results = append(results, res)
 			if !c.Bool("json") {
-				fmt.Fprintf(c.App.Writer, "retried %s (dlq seq %d) as %s seq %d\n", d.ID, d.Seq, queue.StreamJob, ack.Sequence)
+				fmt.Fprintf(c.App.Writer, "retried %s (dlq seq %d) as %s seq %d", d.ID, d.Seq, queue.StreamJob, r.Sequence)
+				if res.RunsAs != "" {
+					fmt.Fprintf(c.App.Writer, ", under the ID %s (%s was made anew since)", res.RunsAs, queue.StreamJob)
+				}
+				fmt.Fprintln(c.App.Writer)
 			}
 		}
 		if err != nil && c.Bool("json") && len(results) > 0 {

@@ -1019,12 +1019,13 @@ func TestCLIDLQ(t *testing.T) {
 
 	t.Run("retry", func(t *testing.T) {
 		var retried []struct {
-			ID     string `json:"id"`
-			DLQSeq uint64 `json:"dlq_seq"`
-			Seq    uint64 `json:"seq"`
+			ID     string  `json:"id"`
+			DLQSeq uint64  `json:"dlq_seq"`
+			Seq    uint64  `json:"seq"`
+			RunsAs *string `json:"runs_as"`
 		}
 		out := s.jobqJSON(t, &retried, "dlq", "retry", "dl-1")
-		if len(retried) != 1 || retried[0].ID != "dl-1" || retried[0].DLQSeq != 1 || retried[0].Seq != 3 {
+		if len(retried) != 1 || retried[0].ID != "dl-1" || retried[0].DLQSeq != 1 || retried[0].Seq != 3 || retried[0].RunsAs != nil {
 			t.Fatalf("dlq retry dl-1: got %s, want [{id dl-1, dlq_seq 1, seq 3}]", out)
 		}
 		rec := s.waitState(t, "dl-1", "done")

@@ -349,7 +349,10 @@ func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, err
 // ledger still guards it: a job recorded done does not run again. The job's
 // ledger record is made sure of first (unless a lease holds the job), so
 // that no copy of the job runs beside the re-driven one.
-func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstream.PubAck, error) {
+//
+// It returns where JOB stored the re-drive and the ID it runs under, also
+// when only the dead letter's removal failed.
+func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive, error) {
 	id, err := redriveID(ctx, obj, d)
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
@@ -387,10 +390,20 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*jetstrea
 	if ack.Stream != StreamJob {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: stored in stream %s, not %s", d.Seq, ack.Stream, StreamJob)
 	}
+	r := &Redrive{PubAck: ack, ID: id}
 	if err := deleteMsg(ctx, obj.Dead, d.Seq); err != nil {
-		return ack, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
+		return r, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
 	}
-	return ack, nil
+	return r, nil
+}
+
+// Redrive is a dead letter re-enqueued: where JOB stored it, and the job ID
+// it runs under. That is the dead letter's own, but for a job known by its
+// JOB sequence (seq-N) of a JOB made anew since: its re-drive's own (see
+// redriveID), jobq-retry-….
+type Redrive struct {
+	*jetstream.PubAck
+	ID string
 }
 
 // redriveID is the job ID d's re-drive runs under: its own. But a job

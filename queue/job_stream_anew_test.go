@@ -468,14 +468,19 @@ func TestRedriveOfAnEarlierJobStreamsDeadLetterRuns(t *testing.T) {
 	if string(d.Payload) != "first" {
 		t.Fatalf("dead letter holds %q", d.Payload)
 	}
-	if _, err := queue.RetryDeadLetter(ctx, b2.obj, d); err != nil {
+	r, err := queue.RetryDeadLetter(ctx, b2.obj, d)
+	if err != nil {
 		t.Fatal(err)
+	}
+	runsAs := "jobq-retry-1-" + strconv.FormatInt(d.FailedAt.UnixNano(), 10)
+	if r.ID != runsAs {
+		t.Errorf("re-drive runs under %q, says RetryDeadLetter; want %q", r.ID, runsAs)
 	}
 	b2.waitDrained(t)
 	time.Sleep(time.Second)
 	mu.Lock()
 	defer mu.Unlock()
-	if want := "[seq-1=first seq-1=second jobq-retry-1-" + strconv.FormatInt(d.FailedAt.UnixNano(), 10) + "=first]"; fmt.Sprint(seen) != want {
+	if want := "[seq-1=first seq-1=second " + runsAs + "=first]"; fmt.Sprint(seen) != want {
 		_, derr := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
 		t.Errorf("handler ran %v, want %s: the re-driven job of the earlier JOB, under an ID of its own (dead letter lookup: %v)", seen, want, derr)
 	}
@@ -572,8 +577,8 @@ func TestNewJobBesideALiveRedriveOfAnEarlierJobStreamRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil { // JOB not made anew: under seq-1
-		t.Fatal(err)
+	if r, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil || r.ID != data.SeqID(1) { // JOB not made anew: under seq-1
+		t.Fatalf("re-drive: %v, under the ID %q; want it under seq-1", err, r.ID)
 	}
 	<-started // the copy, at JOB seq 2, holds a live claim on seq-1
 

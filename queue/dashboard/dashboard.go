@@ -327,11 +327,11 @@ func (d *Dashboard) retryAll(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) redrive(ctx context.Context, dl queue.DeadLetter) error {
-	ack, err := queue.RetryDeadLetter(ctx, d.cfg.Objects, dl)
+	r, err := queue.RetryDeadLetter(ctx, d.cfg.Objects, dl)
 	if err != nil {
 		return err
 	}
-	d.cfg.Log.Info().Str("job_id", dl.ID).Str("subject", dl.Subject).Uint64("dlq_seq", dl.Seq).Uint64("seq", ack.Sequence).Msg("dead letter retried from the dashboard")
+	d.cfg.Log.Info().Str("job_id", dl.ID).Str("subject", dl.Subject).Uint64("dlq_seq", dl.Seq).Uint64("seq", r.Sequence).Str("runs_as", r.ID).Msg("dead letter retried from the dashboard")
 	return nil
 }
 
