@@ -12,7 +12,8 @@ import (
 // The pool calls it from its own goroutines (its workers, the one that acks
 // done jobs, its sweeper), once per outcome and on the hot path: it must be
 // safe for concurrent use, return quickly and never block, nor end the
-// goroutine (runtime.Goexit, t.FailNow), which would stall the pool. It may
+// goroutine (runtime.Goexit, t.FailNow), which would stall the pool, nor
+// call Stop but in a goroutine of its own (see Stop). It may
 // keep job's ID and Subject, not job itself (its Payload is the delivered
 // message's memory). A done job comes without its Payload: the pool lets it
 // go once the handler succeeded, while the completion is recorded.

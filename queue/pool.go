@@ -329,6 +329,11 @@ func (p *Pool) Running() bool { return p.running.Load() }
 // Stop may be called more than once, and at once: the pool stops once, and
 // each call returns its outcome. The first ctx to end, any call's, cuts
 // the running jobs off.
+//
+// Stop waits for the pool's goroutines: a handler or an Observer that calls
+// it waits for itself, until ctx ends and then the cut-off's bound, or for
+// good under a ctx that never ends. From there, stop the pool in a
+// goroutine of its own: go pool.Stop(ctx).
 func (p *Pool) Stop(ctx context.Context) error {
 	p.life.Lock()
 	p.stopping.Store(true) // no handler starts any more, nor the pool

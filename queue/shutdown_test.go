@@ -285,3 +285,41 @@ func leaseRefused(t *testing.T, cfg queue.Config, h handlers.Handler) (*testBund
 	setDiscardNewPerSubject(t, b, true)
 	return b, p
 }
+
+// A handler that stops its own pool, as the README says (go pool.Stop):
+// its job is recorded done and acked, and Stop returns nil once it did.
+func TestHandlerStopsItsOwnPool(t *testing.T) {
+	t.Parallel()
+	for _, noLedger := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no ledger %v", noLedger), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, queue.Config{Workers: 2, NoLedger: noLedger})
+			stopped := make(chan error, 1)
+			var p *queue.Pool
+			p = queue.NewPool(b.obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+				go func() {
+					sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					stopped <- p.Stop(sctx)
+				}()
+				return nil
+			}), servertest.Logger(t))
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b.enqueue(t, "job.quit", "quit", "x")
+			if err := <-stopped; err != nil {
+				t.Fatalf("Stop from the handler's goroutine: %v", err)
+			}
+			if p.Running() {
+				t.Error("pool runs after Stop returned")
+			}
+			b.waitDrained(t)
+			if !noLedger {
+				if rec := b.waitState(t, "quit", data.StateDone); rec.Attempts != 1 {
+					t.Errorf("job quit: %d attempts, want 1", rec.Attempts)
+				}
+			}
+		})
+	}
+}
