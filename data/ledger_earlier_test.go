@@ -30,10 +30,7 @@ func TestLedgerDoneRecordOfAClaimOverAnEarlierStreamsIsDone(t *testing.T) {
 	}
 
 	// JOB deleted and made anew.
-	time.Sleep(5 * time.Millisecond)
-	created := time.Now()
-	l.SetJobStreamCreated(func(context.Context) (time.Time, error) { return created, nil })
-	time.Sleep(5 * time.Millisecond)
+	created := madeAnewNow(l)
 
 	// The new JOB's seq-1 runs and is recorded done.
 	c, err = l.Claim(ctx, &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1, EnqueuedAt: time.Now()}, "w2")
@@ -69,10 +66,7 @@ func TestLedgerFailUnclaimedWritesOverAnEarlierStreamsDoneRecord(t *testing.T) {
 	if err := l.Done(ctx, &c, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
-	created := time.Now()
-	l.SetJobStreamCreated(func(context.Context) (time.Time, error) { return created, nil })
-	time.Sleep(5 * time.Millisecond)
+	created := madeAnewNow(l)
 
 	job := &data.Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 3, EnqueuedAt: time.Now()}
 	if err := l.FailUnclaimed(ctx, job, "deliveries exhausted (max deliver 3)"); err != nil {
@@ -126,4 +120,14 @@ func TestLedgerRecordsOfASeqIDJobKeepWhenItWasStored(t *testing.T) {
 			t.Errorf("%s: Earlier = %v, %v; want %v (first ran at %v, after JOB's making at %v)", id, earlier, err, id != "own", rec.FirstAt, created)
 		}
 	}
+}
+
+// madeAnewNow tells l that JOB was made anew now, between the records
+// written before and those written after, and returns when.
+func madeAnewNow(l *data.Ledger) time.Time {
+	time.Sleep(5 * time.Millisecond)
+	created := time.Now()
+	l.SetJobStreamCreated(func(context.Context) (time.Time, error) { return created, nil })
+	time.Sleep(5 * time.Millisecond)
+	return created
 }

@@ -139,9 +139,7 @@ func TestJOBKeepsRoomForTheDeadLetter(t *testing.T) {
 	if _, err := b.js.Publish(ctx, "job.big", make([]byte, largest)); err != nil {
 		t.Fatalf("the largest job JOB takes, %d bytes: %v", largest, err)
 	}
-	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		return handlers.Permanent(errors.New("cannot do it"))
-	}))
+	b.startFailing(t)
 	waitFor(t, 20*time.Second, func() error {
 		d, err := queue.DeadLetterOf(ctx, b.obj, data.SeqID(1)) // the refused job took no sequence
 		if err != nil {
@@ -258,9 +256,7 @@ func TestDoneJobOfAJobStreamMadeAnewRunsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, queue.Config{MaxDeliver: 1})
-	p := b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		return handlers.Permanent(errors.New("cannot do it"))
-	}))
+	p := b.startFailing(t)
 	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil { // no Nats-Msg-Id
 		t.Fatal(err)
 	}
@@ -309,9 +305,7 @@ func TestLargestJobOfTheProducerCanBeRedriven(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, queue.Config{MaxDeliver: 1})
-	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		return handlers.Permanent(errors.New("cannot do it"))
-	}))
+	b.startFailing(t)
 	// The largest payload the producer takes under ID "big".
 	size := int(b.obj.Jobs.CachedInfo().Config.MaxMsgSize)
 	for {
@@ -325,14 +319,7 @@ func TestLargestJobOfTheProducerCanBeRedriven(t *testing.T) {
 		size--
 	}
 	t.Logf("largest payload enqueued: %d bytes; JOB's MaxMsgSize %d, server max payload %d", size, b.obj.Jobs.CachedInfo().Config.MaxMsgSize, b.nc.MaxPayload())
-	b.waitState(t, "big", data.StateFailed)
-	d, err := queue.FindDeadLetter(ctx, b.obj, "big")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil {
-		t.Errorf("re-drive of a job jobq's producer stored and DLQ holds: %v", err)
-	}
+	b.redriveFailed(t, "big")
 }
 
 // The same on a server whose max_payload is above jobq's --max-payload +
@@ -344,9 +331,7 @@ func TestLargestJobOfTheProducerOnABiggerServerCanBeRedriven(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupOn(t, servertest.StartConfig(t, server.Config{MaxPayload: 4 << 20, Logger: servertest.Logger(t)}), queue.Config{MaxDeliver: 1})
-	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		return handlers.Permanent(errors.New("cannot do it"))
-	}))
+	b.startFailing(t)
 	payload := make([]byte, b.cfg.MaxPayload) // the largest payload the producer takes
 	// The longest header that the producer takes with it: JOB's limit.
 	lo, hi := 0, 65000
@@ -364,14 +349,7 @@ func TestLargestJobOfTheProducerOnABiggerServerCanBeRedriven(t *testing.T) {
 	if _, err := b.prod.Enqueue(ctx, "job.big", payload, queue.EnqueueOptions{ID: "big", Header: map[string][]string{"X-Pad": {strings.Repeat("p", lo)}}}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitState(t, "big", data.StateFailed)
-	d, err := queue.FindDeadLetter(ctx, b.obj, "big")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil {
-		t.Errorf("re-drive of a job jobq's producer stored and DLQ holds: %v", err)
-	}
+	b.redriveFailed(t, "big")
 }
 
 // JOB is made anew while the pool holds a job of the earlier JOB (seq-2)
@@ -624,5 +602,27 @@ func TestLookUpOfANewJobIgnoresAnEarlierJobStreamsRecord(t *testing.T) {
 	if !errors.Is(err, data.ErrNotFound) {
 		t.Errorf("jobq job seq-1 of a job waiting in the new JOB: state %s, first at %v (JOB made at %v), err %v; want no record (pending)",
 			rec.State, rec.FirstAt, b2.obj.Jobs.CachedInfo().Created, err)
+	}
+}
+
+// startFailing starts a pool on b whose handler fails every job for good.
+func (b *testBundle) startFailing(t *testing.T) *queue.Pool {
+	t.Helper()
+	return b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("cannot do it"))
+	}))
+}
+
+// redriveFailed waits for job id to be dead-lettered and re-drives it,
+// which must work.
+func (b *testBundle) redriveFailed(t *testing.T, id string) {
+	t.Helper()
+	b.waitState(t, id, data.StateFailed)
+	d, err := queue.FindDeadLetter(context.Background(), b.obj, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(context.Background(), b.obj, d); err != nil {
+		t.Errorf("re-drive of job %s, which jobq's producer stored and DLQ holds: %v", id, err)
 	}
 }
