@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -411,27 +412,8 @@ func TestJobOfAJobStreamMadeAnewRunsAfterAnEarlierJobStartedLate(t *testing.T) {
 func TestRedriveOfAnEarlierJobStreamsDeadLetterRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, queue.Config{MaxDeliver: 1})
-	var mu sync.Mutex
-	var seen []string
-	h := handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, fmt.Sprintf("%s=%s", job.ID, job.Payload))
-		if string(job.Payload) == "first" && len(seen) == 1 {
-			return handlers.Permanent(errors.New("cannot do it yet"))
-		}
-		return nil
-	})
-	p := b.startPool(t, h)
-	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil { // no Nats-Msg-Id
-		t.Fatal(err)
-	}
-	b.waitState(t, data.SeqID(1), data.StateFailed)
-	b.waitDrained(t)
-	stopPool(t, p)
-
-	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	h := &failsFirst{}
+	b2 := deadLetterThenRemake(t, h)
 	b2.startPool(t, h)
 	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil { // the new JOB's seq-1
 		t.Fatal(err)
@@ -456,8 +438,7 @@ func TestRedriveOfAnEarlierJobStreamsDeadLetterRuns(t *testing.T) {
 	}
 	b2.waitDrained(t)
 	time.Sleep(time.Second)
-	mu.Lock()
-	defer mu.Unlock()
+	seen := h.ran()
 	if want := "[seq-1=first seq-1=second " + runsAs + "=first]"; fmt.Sprint(seen) != want {
 		_, derr := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
 		t.Errorf("handler ran %v, want %s: the re-driven job of the earlier JOB, under an ID of its own (dead letter lookup: %v)", seen, want, derr)
@@ -469,27 +450,8 @@ func TestRedriveOfAnEarlierJobStreamsDeadLetterRuns(t *testing.T) {
 func TestNewJobRunsBesideARedriveOfAnEarlierJobStream(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, queue.Config{MaxDeliver: 1})
-	var mu sync.Mutex
-	var seen []string
-	h := handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, fmt.Sprintf("%s=%s", job.ID, job.Payload))
-		if string(job.Payload) == "first" && len(seen) == 1 {
-			return handlers.Permanent(errors.New("cannot do it yet"))
-		}
-		return nil
-	})
-	p := b.startPool(t, h)
-	if _, err := b.js.Publish(ctx, "job.a", []byte("first")); err != nil {
-		t.Fatal(err)
-	}
-	b.waitState(t, data.SeqID(1), data.StateFailed)
-	b.waitDrained(t)
-	stopPool(t, p)
-
-	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	h := &failsFirst{}
+	b2 := deadLetterThenRemake(t, h)
 	if _, err := b2.js.Publish(ctx, "job.a", []byte("second")); err != nil { // the new JOB's seq-1, waiting
 		t.Fatal(err)
 	}
@@ -509,8 +471,7 @@ func TestNewJobRunsBesideARedriveOfAnEarlierJobStream(t *testing.T) {
 		return nil
 	})
 	time.Sleep(time.Second)
-	mu.Lock()
-	defer mu.Unlock()
+	seen := h.ran()
 	got := map[string]int{}
 	for _, s := range seen[1:] {
 		_, payload, _ := strings.Cut(s, "=")
@@ -625,4 +586,42 @@ func (b *testBundle) redriveFailed(t *testing.T, id string) {
 	if _, err := queue.RetryDeadLetter(context.Background(), b.obj, d); err != nil {
 		t.Errorf("re-drive of job %s, which jobq's producer stored and DLQ holds: %v", id, err)
 	}
+}
+
+// failsFirst records the jobs it runs (ID=payload), and fails the first it
+// runs, with the payload "first", for good.
+type failsFirst struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *failsFirst) Process(_ context.Context, job *data.Job) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen = append(h.seen, fmt.Sprintf("%s=%s", job.ID, job.Payload))
+	if string(job.Payload) == "first" && len(h.seen) == 1 {
+		return handlers.Permanent(errors.New("cannot do it yet"))
+	}
+	return nil
+}
+
+func (h *failsFirst) ran() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.seen)
+}
+
+// deadLetterThenRemake has h's pool dead-letter a job published without
+// an ID (seq-1, "first"), then makes JOB anew, with no pool running.
+func deadLetterThenRemake(t *testing.T, h *failsFirst) *testBundle {
+	t.Helper()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	p := b.startPool(t, h)
+	if _, err := b.js.Publish(context.Background(), "job.a", []byte("first")); err != nil { // no Nats-Msg-Id
+		t.Fatal(err)
+	}
+	b.waitState(t, data.SeqID(1), data.StateFailed)
+	b.waitDrained(t)
+	stopPool(t, p)
+	return remakeJobs(t, b, queue.Config{MaxDeliver: 1})
 }
