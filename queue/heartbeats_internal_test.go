@@ -287,3 +287,41 @@ func TestClaimWhoseLostAnswerLandedIsWaitedOut(t *testing.T) {
 		t.Errorf("J ran %d times (want 1), DLQ holds %d (want 0); record %+v", runs.Load(), info.State.Msgs, rec)
 	}
 }
+
+// A job on a claim of its own whose renewals fail, and whose handler,
+// cancelled, finishes its work and returns nil: it succeeded, and its done
+// record, a compare-and-set on the claim that no one took over, is
+// written. Its success was taken for a lost claim, the job left to wait
+// out the ack wait, and it ran again.
+func TestClaimedJobThatSucceedsAfterItsClaimWasLostRunsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second, MaxDeliver: 20, RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
+	failedBefore(t, obj, "J") // J has a record: it is claimed first
+	var runs atomic.Int32
+	var stuck atomic.Bool
+	started := make(chan struct{})
+	p := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-ctx.Done()
+			stuck.Store(false) // the ledger takes writes again
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil
+	}), servertest.Logger(t))
+	p.ledger = data.NewLedger(stuckUpdates{KeyValue: obj.Ledger, stuck: &stuck}, obj.Config.lease(), obj.JS)
+	startPool(t, p)
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stuck.Store(true) // the claim's renewals fail until the handler was cancelled
+	time.Sleep(5 * time.Second) // past an ack wait: a job left unacked came back
+	if n := runs.Load(); n != 1 {
+		t.Errorf("J's handler returned nil on its first run, yet J ran %d times; want 1", n)
+	}
+	if rec, err := p.ledger.Get(ctx, "J"); err != nil || rec.State != data.StateDone {
+		t.Errorf("J's record: %+v (%v), want done", rec, err)
+	}
+}

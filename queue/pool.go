@@ -1061,7 +1061,12 @@ func (p *Pool) run(ctx context.Context, it *inflight) error {
 		defer c()
 	}
 	err := p.call(hctx, it.job)
-	if cause := context.Cause(base); errors.Is(cause, data.ErrClaimLost) {
+	// A lost claim or lease is the attempt's outcome only if the handler
+	// failed: one that returned nil succeeded, however late, and its done
+	// record is a compare-and-set on its claim (on no record, for a job on
+	// the lease), which fails if another holder took the job over. Taken
+	// for cut off, the job ran again.
+	if cause := context.Cause(base); err != nil && errors.Is(cause, data.ErrClaimLost) {
 		return cause
 	}
 	if err != nil && hctx.Err() != nil && ctx.Err() == nil {

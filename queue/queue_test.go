@@ -1183,6 +1183,38 @@ func TestLeasedJobStopsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	}
 }
 
+// The same, but the handler finishes its work and returns nil once
+// cancelled (a handler that does not watch its context): it succeeded, and
+// its done record, a create that finds no record, is written. Its success
+// was taken for a cut-off attempt, and the job ran again.
+func TestLeasedJobThatSucceedsAfterItsLeaseWasGivenUpRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 1, AckWait: 3 * time.Second})
+	started := make(chan struct{})
+	c := newCounter()
+	b.startPool(t, c.wrap(func(ctx context.Context, job *data.Job) error {
+		if job.Attempt > 1 || job.Resumed {
+			return nil
+		}
+		close(started)
+		<-ctx.Done()                       // the pool gave up its lease
+		time.Sleep(100 * time.Millisecond) // the work goes on a little
+		return nil
+	}))
+	b.enqueue(t, "job.lost", "J", "x")
+	<-started
+	setDiscardNewPerSubject(t, b, true) // the lease's renewals are refused
+	time.Sleep(4 * time.Second)         // past the give-up
+	setDiscardNewPerSubject(t, b, false)
+	b.waitDrained(t)
+	if got := c.get("J"); got != 1 {
+		t.Errorf("J's handler returned nil on its first run, yet J ran %d times; want 1", got)
+	}
+	if rec := b.record(t, "J"); rec.State != data.StateDone || rec.Resumed || rec.Attempts != 1 {
+		t.Errorf("record: %+v; want done after 1 attempt, not resumed", rec)
+	}
+}
+
 func TestRedrivenCopyOfALeasedJobIsDropped(t *testing.T) {
 	t.Parallel()
 	// A job runs on the pool's lease (no record yet) when a copy of it is
