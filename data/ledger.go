@@ -57,10 +57,17 @@ func (l *Ledger) SetJobStreamCreated(f func(context.Context) (time.Time, error))
 
 // Earlier reports whether rec, the record under id, is of a job of an
 // earlier JOB than the one there now (see SetJobStreamCreated): not id's
-// job, though it bears its name. It goes by when the record's job was
-// stored (StoredAt), or for a record without, when it first ran.
-func (l *Ledger) Earlier(ctx context.Context, id string, rec Record) (bool, error) {
+// job, though it bears its name. stored is when the message of id's job at
+// hand was stored, if known: a record of that very message (its StoredAt
+// the same to the nanosecond) is its own, whatever the clock did since.
+// Otherwise it goes by when the record's job was stored, or for a record
+// without StoredAt, when it first ran, against JOB's creation: a clock set
+// back past JOB's creation would make that look earlier.
+func (l *Ledger) Earlier(ctx context.Context, id string, stored time.Time, rec Record) (bool, error) {
 	at := rec.StoredAt
+	if !at.IsZero() && at.Equal(stored) {
+		return false, nil
+	}
 	if at.IsZero() {
 		at = rec.FirstAt // a record written before StoredAt was kept
 	}
@@ -129,7 +136,7 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 		next := rec
 		var earlier bool
 		if derr == nil && !(prev.State == StateRunning && now.Before(prev.LeaseUntil)) {
-			if earlier, err = l.Earlier(ctx, job.ID, prev); err != nil {
+			if earlier, err = l.Earlier(ctx, job.ID, job.EnqueuedAt, prev); err != nil {
 				return c, fmt.Errorf("claim job %s: %w", job.ID, err)
 			}
 		}
@@ -297,7 +304,7 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 			prev, derr := decodeRecord(entry.Value())
 			var earlier bool
 			if derr == nil {
-				if earlier, err = l.Earlier(ctx, job.ID, prev); err != nil {
+				if earlier, err = l.Earlier(ctx, job.ID, job.EnqueuedAt, prev); err != nil {
 					return fmt.Errorf("record job %s failed: %w", job.ID, err)
 				}
 			}

@@ -115,10 +115,50 @@ func TestLedgerRecordsOfASeqIDJobKeepWhenItWasStored(t *testing.T) {
 		if !rec.StoredAt.Equal(want) {
 			t.Errorf("%s: stored_at %v, want %v", id, rec.StoredAt, want)
 		}
-		earlier, err := l.Earlier(ctx, id, rec)
+		earlier, err := l.Earlier(ctx, id, time.Time{}, rec) // no message at hand, as for jobq job
 		if err != nil || earlier != (id != "own") {
 			t.Errorf("%s: Earlier = %v, %v; want %v (first ran at %v, after JOB's making at %v)", id, earlier, err, id != "own", rec.FirstAt, created)
 		}
+		// The very message the record is of, delivered again, is its job.
+		if earlier, err := l.Earlier(ctx, id, stored, rec); err != nil || earlier {
+			t.Errorf("%s: Earlier for its own message = %v, %v; want false", id, earlier, err)
+		}
+	}
+}
+
+// A wall clock set back after JOB was created (an appliance that booted
+// with its clock ahead, set right by NTP; a store carried to a machine
+// whose clock is behind) stores every later job "before" JOB's creation.
+// Here JOB's creation is a minute after the job's stored time. The job
+// (seq-1, no Nats-Msg-Id) runs and is recorded done; its ack is lost and it
+// is delivered again: done means done, it is acked unrun. Its own done
+// record was taken for an earlier JOB's job's, and it ran again; the sweep
+// wrote over it.
+func TestLedgerDoneSeqIDJobIsDoneAfterTheClockWasSetBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := data.NewLedger(newKV(t), time.Minute, nil)
+	stored := time.Now().UTC()         // the server's clock when it stored the job
+	created := stored.Add(time.Minute) // JOB was created before the clock went back a minute
+	l.SetJobStreamCreated(func(context.Context) (time.Time, error) { return created, nil })
+
+	c, err := l.Claim(ctx, &data.Job{ID: data.SeqID(1), Subject: "job.x", Seq: 1, Attempt: 1, EnqueuedAt: stored}, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	again := &data.Job{ID: data.SeqID(1), Subject: "job.x", Seq: 1, Attempt: 2, EnqueuedAt: stored}
+	if c2, err := l.Claim(ctx, again, "w2"); !errors.Is(err, data.ErrAlreadyDone) {
+		t.Errorf("the same message delivered again after it was recorded done: got %v (state %s), want ErrAlreadyDone", err, c2.Record.State)
+	}
+	// The sweep leaves its done record as it is.
+	if err := l.FailUnclaimed(ctx, again, "deliveries exhausted"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := l.Get(ctx, data.SeqID(1)); err != nil || rec.State != data.StateDone {
+		t.Errorf("after the sweep: %+v, %v; want the done record kept", rec, err)
 	}
 }
 

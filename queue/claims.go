@@ -239,7 +239,7 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 // stream sequence (seq-N) shares its ID with the jobs at that sequence of
 // every JOB made anew, and is not a copy of theirs to drop.
 func (p *Pool) earlierClaim(ctx context.Context, job *data.Job, rec data.Record) bool {
-	earlier, err := p.ledger.Earlier(ctx, job.ID, rec)
+	earlier, err := p.ledger.Earlier(ctx, job.ID, job.EnqueuedAt, rec)
 	return earlier || err != nil
 }
 

@@ -32,7 +32,7 @@ func LookUp(ctx context.Context, obj *Objects, id string) (data.Record, error) {
 	if err == nil {
 		// An earlier JOB's job's record is not this one's (a seq-N job
 		// of a JOB made anew).
-		earlier, eerr := ledger.Earlier(ctx, id, rec)
+		earlier, eerr := ledger.Earlier(ctx, id, time.Time{}, rec) // no message at hand
 		if eerr != nil || !earlier {
 			return rec, eerr
 		}

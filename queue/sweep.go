@@ -86,7 +86,7 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	log := p.log.With().Str("job_id", job.ID).Str("subject", job.Subject).Uint64("seq", job.Seq).Logger()
 	rec, err := p.ledger.Get(ctx, job.ID)
 	if err == nil && !(rec.State == data.StateRunning && time.Now().Before(rec.LeaseUntil)) {
-		earlier, eerr := p.ledger.Earlier(ctx, job.ID, rec)
+		earlier, eerr := p.ledger.Earlier(ctx, job.ID, job.EnqueuedAt, rec)
 		if eerr != nil {
 			return false, eerr
 		}
