@@ -358,6 +358,13 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}
 	job := &data.Job{ID: id, Subject: d.Subject, Seq: d.JobSeq}
+	if id != d.ID {
+		// Under an ID of its own, no copy of it was dead-lettered: its
+		// record keeps no sequence of the earlier JOB, where the new
+		// JOB may store the re-drive itself, to be taken for such a
+		// copy (see data.Ledger.Claim).
+		job.Seq = 0
+	}
 	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
 	defer ledger.Close()
 	leases, err := takesLeases(obj)

@@ -625,3 +625,38 @@ func deadLetterThenRemake(t *testing.T, h *failsFirst) *testBundle {
 	stopPool(t, p)
 	return remakeJobs(t, b, queue.Config{MaxDeliver: 1})
 }
+
+// A re-drive under an ID of its own (JOB made anew) is stored at the new
+// JOB's seq 1, its dead letter's job's own sequence. The record written
+// for it before it is published must not make it look like a dead-lettered
+// copy of itself when the re-driving client's clock (dlq retry --server,
+// from another machine) is ahead of the server's, which stamps the
+// re-drive: the record kept the dead letter's sequence, and the re-drive,
+// acked unrun with its dead letter removed, was lost.
+func TestRedriveUnderItsOwnIDIsNotTakenForADeadLetteredCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b2 := deadLetterThenRemake(t, &failsFirst{})
+	d, err := queue.DeadLetterOf(ctx, b2.obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := queue.RetryDeadLetter(ctx, b2.obj, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Sequence != d.JobSeq || r.ID == d.ID {
+		t.Fatalf("re-drive %s at seq %d, dead letter's job %s at seq %d: want the same sequence, another ID", r.ID, r.Sequence, d.ID, d.JobSeq)
+	}
+	l := data.NewLedger(b2.obj.Ledger, time.Minute, nil)
+	rec, err := l.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The re-drive as a pool gets it, stored by a server whose clock is
+	// 50ms behind the client's.
+	job := &data.Job{ID: r.ID, Subject: d.Subject, Seq: r.Sequence, Attempt: 1, EnqueuedAt: rec.FirstAt.Add(-50 * time.Millisecond)}
+	if _, err := l.Claim(ctx, job, "w1"); err != nil {
+		t.Errorf("claim of the re-drive: %v; want it claimed, to run (its record: %+v)", err, rec)
+	}
+}
