@@ -316,7 +316,7 @@ func TestClaimedJobThatSucceedsAfterItsClaimWasLostRunsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	stuck.Store(true) // the claim's renewals fail until the handler was cancelled
+	stuck.Store(true)           // the claim's renewals fail until the handler was cancelled
 	time.Sleep(5 * time.Second) // past an ack wait: a job left unacked came back
 	if n := runs.Load(); n != 1 {
 		t.Errorf("J's handler returned nil on its first run, yet J ran %d times; want 1", n)
