@@ -21,9 +21,13 @@ func TestTrailingValueFlagWithoutValueIsBadUsage(t *testing.T) {
 	for _, payload := range []string{`{"employee":"E1"}`, `{"employee":"E2"}`} {
 		r := runCmd(t, cmdInput{}, jobqBin, "enqueue", "--server", s.url, "job.payroll", payload, "--id")
 		wantOneLineError(t, r, 2, "--id")
+		// The same before a "--" typed to end the flags: it was taken
+		// for the ID "--", the second job dropped as its duplicate.
+		r = runCmd(t, cmdInput{}, jobqBin, "enqueue", "--server", s.url, "--id", "--", "job.payroll", payload)
+		wantOneLineError(t, r, 2, "--id")
 	}
 	if st := s.status(t); st.Stream.Messages != 0 {
-		t.Errorf("JOB holds %d jobs after two enqueues without an --id value; want none stored", st.Stream.Messages)
+		t.Errorf("JOB holds %d jobs after four enqueues without an --id value; want none stored", st.Stream.Messages)
 	}
 	// Same cause: --server "--" was dialled, and reported as unreachable.
 	wantOneLineError(t, jobq(t, "job", "some-id", "--server"), 2, "--server")

@@ -323,10 +323,11 @@ func flagsFirst(app *cli.App, args []string) []string {
 		flags = append(flags, a)
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if takesValue[name] && !hasValue {
-			if i+1 == len(rest) {
-				// A value flag typed last with no value (an unset
-				// $ID): left last, the parser says it needs one. A
-				// "--" after it would be taken for its value.
+			if i+1 == len(rest) || rest[i+1] == "--" {
+				// A value flag typed last, or before the "--" that
+				// ends the flags, with no value (an unset $ID): left
+				// last, the parser says it needs one. A "--" after it
+				// would be taken for its value (--id=-- sets it).
 				return append(out, flags...)
 			}
 			i++
