@@ -325,3 +325,47 @@ func TestClaimedJobThatSucceedsAfterItsClaimWasLostRunsOnce(t *testing.T) {
 		t.Errorf("J's record: %+v (%v), want done", rec, err)
 	}
 }
+
+// A claimed job's attempt fails, and the ledger refuses its retrying record
+// (a full store, a bucket leader moving): the job is released, but not
+// before its claim, still stored as running, ends. Redelivered after the
+// retry's backoff alone, it met its own live claim, was handed back, and
+// spent a delivery: here, its last, so it was dead-lettered after one run.
+func TestRefusedRetryRecordSpendsNoDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{AckWait: 3 * time.Second, MaxDeliver: 2, RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
+	failedBefore(t, obj, "J") // J has a record: it is claimed first
+	var runs atomic.Int32
+	var stuck atomic.Bool
+	p := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		if runs.Add(1) == 1 {
+			stuck.Store(true) // the retrying record is refused
+			go func() {
+				time.Sleep(500 * time.Millisecond)
+				stuck.Store(false)
+			}()
+			return errors.New("not yet")
+		}
+		return nil
+	}), servertest.Logger(t))
+	p.ledger = data.NewLedger(stuckUpdates{KeyValue: obj.Ledger, stuck: &stuck}, obj.Config.lease(), obj.JS)
+	startPool(t, p)
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "J"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, err := p.ledger.Get(ctx, "J")
+		if err == nil && (rec.State == data.StateDone || rec.State == data.StateFailed && rec.Attempts > 0) {
+			if rec.State != data.StateDone || runs.Load() != 2 {
+				t.Errorf("J ran %d times, record %s after %d attempts; want run twice, done", runs.Load(), rec.State, rec.Attempts)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("J ran %d times, record %+v (%v); want it done", runs.Load(), rec, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

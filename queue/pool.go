@@ -733,7 +733,7 @@ func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 		if err != nil {
 			p.beats.remove(it)
 			it.sendErr = err
-			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
+			p.recordFailed(it, err, *p.jobLog(it.job))
 			return false
 		}
 		it.write = w
@@ -754,7 +754,7 @@ func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 		}
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
-		p.fail(opCtx, it.msg, it.job, claim, it.took, herr, log)
+		p.fail(opCtx, it, claim, herr, log)
 	}
 	return false
 }
@@ -784,7 +784,7 @@ func (p *Pool) cutOff(it *inflight, took time.Duration, cause error) {
 		opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		if err := p.ledger.Retry(opCtx, &it.claim, took, data.CauseCutOff); err != nil {
-			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
+			p.recordFailed(it, err, *p.jobLog(it.job))
 			return
 		}
 	}
@@ -799,7 +799,7 @@ func (p *Pool) releaseUnstarted(it *inflight) {
 		opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		if err := p.ledger.Release(opCtx, &it.claim); err != nil {
-			p.recordFailed(it.msg, it.job, err, *p.jobLog(it.job))
+			p.recordFailed(it, err, *p.jobLog(it.job))
 			return
 		}
 	}
@@ -973,7 +973,8 @@ func (p *Pool) recordAgain(ctx context.Context, it *inflight, err error) error {
 
 // fail handles a failed attempt: retry with backoff, or dead-letter when the
 // error is permanent or this was the last delivery.
-func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim *data.Claim, took time.Duration, cause error, log zerolog.Logger) {
+func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause error, log zerolog.Logger) {
+	msg, job, took := it.msg, it.job, it.took
 	ev := func(e *zerolog.Event) *zerolog.Event {
 		var pe *panicError
 		if errors.As(cause, &pe) {
@@ -985,7 +986,7 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 		delay := p.cfg.backoff(job.Attempt)
 		if claim != nil {
 			if err := p.ledger.Retry(ctx, claim, took, cause.Error()); err != nil {
-				p.recordFailed(msg, job, err, log)
+				p.recordFailed(it, err, log)
 				return
 			}
 		}
@@ -1018,36 +1019,35 @@ func (p *Pool) fail(ctx context.Context, msg jetstream.Msg, job *data.Job, claim
 
 // recordFailed handles a ledger write that failed after the handler ran. The
 // job stays unacked: its redelivery decides again from the ledger.
-func (p *Pool) recordFailed(msg jetstream.Msg, job *data.Job, err error, log zerolog.Logger) {
+//
+// It is released, but not before its claim, or its place in the pool's
+// lease, ends: the ledger still holds it by them, and a redelivery while
+// it does would be handed back and spend a delivery; after its last one,
+// the job would be dead-lettered having run fewer times than it may, or,
+// if it succeeded, at all.
+func (p *Pool) recordFailed(it *inflight, err error, log zerolog.Logger) {
 	if errors.Is(err, data.ErrClaimLost) {
 		log.Warn().Err(err).Msg("claim lost before the outcome was recorded: outcome left to the new holder")
 		return
 	}
-	log.Error().Err(err).Msg("record job outcome: job will be redelivered")
-	p.nak(msg, p.cfg.backoff(job.Attempt), log)
-}
-
-// unrecorded releases a job whose handler succeeded and whose done record
-// could not be stored, as recordFailed does, but not before its lease or
-// claim ends: a redelivery while one holds it would be handed back and
-// spend a delivery, and after its last one the job, which succeeded, would
-// be dead-lettered.
-func (p *Pool) unrecorded(it *inflight, err error) {
-	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
-	if errors.Is(err, data.ErrClaimLost) {
-		p.recordFailed(it.msg, it.job, err, log)
-		return
-	}
+	it.mu.Lock()
 	held := it.claim.Record.LeaseUntil
 	if it.renewedTo.After(held) {
 		held = it.renewedTo
 	}
+	it.mu.Unlock()
 	if it.unclaimed {
 		held = p.lease.heldUntil(data.Key(it.job.ID))
 	}
 	delay := max(p.cfg.backoff(it.job.Attempt), time.Until(held)+time.Second)
 	log.Error().Err(err).Dur("retry_in", delay).Msg("record job outcome: job will be redelivered")
 	p.nak(it.msg, delay, log)
+}
+
+// unrecorded releases a job whose handler succeeded and whose done record
+// could not be stored (see recordFailed).
+func (p *Pool) unrecorded(it *inflight, err error) {
+	p.recordFailed(it, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
 }
 
 // run calls the handler with a timeout and panic recovery. The heartbeat
