@@ -101,7 +101,7 @@ func deadStreamConfig(cfg Config) jetstream.StreamConfig {
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log zerolog.Logger) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, want.Name)
+	s, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
 		if err != nil {
@@ -187,7 +187,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		AckWait:       cfg.AckWait,
 		MaxAckPending: max(1000, 2*(cfg.Workers+cfg.Prefetch)),
 	}
-	c, err := js.Consumer(ctx, StreamJob, ConsumerWorker)
+	c, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return js.Consumer(ctx, StreamJob, ConsumerWorker) })
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c, err = js.CreateConsumer(ctx, StreamJob, want)
 		if err != nil {
@@ -238,7 +238,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 }
 
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, BucketProcessed)
+	kv, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, BucketProcessed) })
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return createBucket(ctx, js, cfg, log)
 	}
@@ -380,4 +380,27 @@ func bucketEdit(n int) string {
 		return "nats stream edit " + bucketStream + " --replicas 1 --allow-direct"
 	}
 	return "nats stream edit " + bucketStream + " --replicas " + strconv.Itoa(n) + " --no-allow-direct"
+}
+
+// lookUpTry bounds one try of a look-up that retryUnanswered tries again.
+const lookUpTry = 5 * time.Second
+
+// retryUnanswered runs look-up f, a JetStream API read, again while it gets
+// no answer, until ctx ends: on a cluster, a request can go unanswered
+// while a stream or the cluster elects a leader, and a single wait for the
+// whole of ctx failed where the next try, seconds later, is answered. Each
+// try waits at most lookUpTry. Under a ctx without a deadline, f runs once,
+// with nats.go's own timeout.
+func retryUnanswered[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		return f(ctx)
+	}
+	for {
+		tctx, cancel := context.WithTimeout(ctx, lookUpTry)
+		v, err := f(tctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) { // only its own wait ran out
+			return v, err
+		}
+	}
 }
