@@ -353,16 +353,20 @@ func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, err
 // It returns where JOB stored the re-drive and the ID it runs under, also
 // when only the dead letter's removal failed.
 func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive, error) {
-	id, err := redriveID(ctx, obj, d)
+	anew, err := jobStreamAnewSince(ctx, obj, d)
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}
+	id := d.ID
+	if anew && data.IsSeqID(d.ID) {
+		id = retryID(d)
+	}
 	job := &data.Job{ID: id, Subject: d.Subject, Seq: d.JobSeq}
-	if id != d.ID {
-		// Under an ID of its own, no copy of it was dead-lettered: its
-		// record keeps no sequence of the earlier JOB, where the new
-		// JOB may store the re-drive itself, to be taken for such a
-		// copy (see data.Ledger.Claim).
+	if anew {
+		// JOB was made anew since: no copy of the dead letter's job is
+		// left in it, and the record keeps no sequence of the earlier
+		// JOB, where the new JOB may store the re-drive itself, to be
+		// taken for such a copy (see data.Ledger.Claim).
 		job.Seq = 0
 	}
 	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
@@ -413,28 +417,24 @@ type Redrive struct {
 	ID string
 }
 
-// redriveID is the job ID d's re-drive runs under: its own. But a job
-// known by its JOB sequence alone (seq-N) of a JOB since made anew shares
-// that ID with the new JOB's job at its sequence, whose record would make
-// one of the two be taken for the other, done, and acked unrun: its
-// re-drive is known by its own Nats-Msg-Id (see retryID), which no job may
-// take.
-func redriveID(ctx context.Context, obj *Objects, d DeadLetter) (string, error) {
-	if !data.IsSeqID(d.ID) {
-		return d.ID, nil
-	}
+// jobStreamAnewSince reports whether JOB was made anew since d's job was
+// stored in it. A job known by its JOB sequence alone (seq-N) of a JOB since
+// made anew shares that ID with the new JOB's job at its sequence, whose
+// record would make one of the two be taken for the other, done, and acked
+// unrun: its re-drive is known by its own Nats-Msg-Id (see retryID), which
+// no job may take. d keeps when its job was stored to the millisecond, cut
+// down: it is compared with JOB's creation to the millisecond, or a job
+// stored in the millisecond JOB was created in would look older than JOB.
+func jobStreamAnewSince(ctx context.Context, obj *Objects, d DeadLetter) (bool, error) {
 	stored := d.storedAt
 	if stored.IsZero() {
 		stored = d.FailedAt // a job fails after it was stored
 	}
 	s, err := obj.JS.Stream(ctx, StreamJob)
 	if err != nil {
-		return "", fmt.Errorf("look up stream %s, to tell whether job %s is one of it: %w", StreamJob, d.ID, err)
+		return false, fmt.Errorf("look up stream %s, to tell whether job %s is one of it: %w", StreamJob, d.ID, err)
 	}
-	if stored.IsZero() || stored.Before(s.CachedInfo().Created) {
-		return retryID(d), nil
-	}
-	return d.ID, nil
+	return stored.IsZero() || stored.Before(s.CachedInfo().Created.Truncate(time.Millisecond)), nil
 }
 
 // retryIDPrefix starts the Nats-Msg-Id of a dead letter's re-drive, which

@@ -414,3 +414,39 @@ func TestDeadLetterIsPublishedAgainOnceDLQWasMadeMeanwhile(t *testing.T) {
 		t.Errorf("DLQ holds %+v (%v); want D's dead letter", info.State, err)
 	}
 }
+
+// A seq-N job's dead letter keeps when the job was stored only to the
+// millisecond, cut down (its Nats-Msg-Id, see deadLetterID), which is
+// compared with JOB's creation to the millisecond: to the nanosecond, a
+// job of this very JOB stored in the millisecond JOB was created in looked
+// older than JOB, its re-drive ran under a jobq-retry-… ID of its own, and
+// dlq retry said "JOB was made anew since", which it was not; the job's
+// own record (seq-N, failed) never learnt of the re-drive's run.
+func TestRedriveOfAJobStoredInJOBsFirstMillisecondKeepsItsID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	s, err := obj.JS.Stream(ctx, StreamJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := s.CachedInfo().Created
+	// seq-1, stored a nanosecond after JOB was created (the same
+	// millisecond), dead-lettered as a pool does it.
+	job := &data.Job{ID: data.SeqID(1), Subject: "job.a", Seq: 1, Attempt: 1, Payload: []byte("x"), EnqueuedAt: created.Add(time.Nanosecond)}
+	if err := deadLetter(ctx, obj.JS, job, nats.Header{}, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := DeadLetterOf(ctx, obj, data.SeqID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RetryDeadLetter(ctx, obj, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID != d.ID {
+		t.Errorf("re-drive of %s, stored %s in JOB created %s (never made anew): runs under %s; want %s",
+			d.ID, job.EnqueuedAt.Format(time.RFC3339Nano), created.Format(time.RFC3339Nano), r.ID, d.ID)
+	}
+}

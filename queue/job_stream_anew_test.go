@@ -660,3 +660,50 @@ func TestRedriveUnderItsOwnIDIsNotTakenForADeadLetteredCopy(t *testing.T) {
 		t.Errorf("claim of the re-drive: %v; want it claimed, to run (its record: %+v)", err, rec)
 	}
 }
+
+// The same for a job with an ID of its own (not seq-N), which re-drives
+// under that ID: if its record is gone (expired after --processed-ttl, 7d,
+// while DLQ keeps the dead letter; or its Fail write failed), KeepRecord
+// writes one with the dead letter's JOB sequence and FirstAt from the
+// re-driving client's clock. In a JOB made anew, the re-drive is stored at
+// that same sequence, and with the client's clock ahead of the server's it
+// was taken for a dead-lettered copy of itself: acked unrun, its dead
+// letter already removed. Lost.
+func TestRedriveOfANamedJobWhoseRecordExpiredIsNotTakenForADeadLetteredCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	p := b.startFailing(t)
+	b.enqueue(t, "job.a", "welcome-bob", "first") // JOB seq 1
+	b.waitState(t, "welcome-bob", data.StateFailed)
+	b.waitDrained(t)
+	stopPool(t, p)
+	// Its record expires (per-key TTL) while DLQ keeps its dead letter.
+	if err := b.obj.Ledger.Purge(ctx, data.Key("welcome-bob")); err != nil {
+		t.Fatal(err)
+	}
+	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	d, err := queue.DeadLetterOf(ctx, b2.obj, "welcome-bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := queue.RetryDeadLetter(ctx, b2.obj, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Sequence != d.JobSeq || r.ID != d.ID {
+		t.Fatalf("re-drive %s at seq %d, dead letter's job %s at seq %d: want the same sequence and ID", r.ID, r.Sequence, d.ID, d.JobSeq)
+	}
+	l := data.NewLedger(b2.obj.Ledger, time.Minute, nil)
+	rec, err := l.Get(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The re-drive as a pool gets it, stored by a server whose clock is
+	// 50ms behind the re-driving client's (as in
+	// TestRedriveUnderItsOwnIDIsNotTakenForADeadLetteredCopy).
+	job := &data.Job{ID: r.ID, Subject: d.Subject, Seq: r.Sequence, Attempt: 1, EnqueuedAt: rec.FirstAt.Add(-50 * time.Millisecond)}
+	if _, err := l.Claim(ctx, job, "w1"); err != nil {
+		t.Errorf("claim of the re-drive: %v; want it claimed, to run (its record: %+v)", err, rec)
+	}
+}

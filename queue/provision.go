@@ -187,7 +187,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		AckWait:       cfg.AckWait,
 		MaxAckPending: max(1000, 2*(cfg.Workers+cfg.Prefetch)),
 	}
-	c, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return js.Consumer(ctx, StreamJob, ConsumerWorker) })
+	c, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.Consumer(ctx, StreamJob, ConsumerWorker)
+	})
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c, err = js.CreateConsumer(ctx, StreamJob, want)
 		if err != nil {
