@@ -434,7 +434,34 @@ func jobStreamAnewSince(ctx context.Context, obj *Objects, d DeadLetter) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("look up stream %s, to tell whether job %s is one of it: %w", StreamJob, d.ID, err)
 	}
-	return stored.IsZero() || stored.Before(s.CachedInfo().Created.Truncate(time.Millisecond)), nil
+	if !stored.IsZero() && !stored.Before(s.CachedInfo().Created.Truncate(time.Millisecond)) {
+		return false, nil
+	}
+	// Its stored time is unknown, or says older than JOB: a dead letter
+	// written before it kept one, its Jobq-Failed-At from a worker whose
+	// clock is behind the server's, a clock set back. JOB that still
+	// holds the dead letter's very job (a copy whose removal was lost) was
+	// not made anew, whatever the clocks say: its record must keep that
+	// copy's sequence, for the copy to be told dead-lettered (see
+	// data.Ledger.Claim). A named job's copy is known by its ID; a seq-N
+	// job's, which any job at that sequence shares, only by its stored time.
+	if d.JobSeq == 0 {
+		return true, nil
+	}
+	m, err := s.GetMsg(ctx, d.JobSeq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("read %s at %d, to tell whether job %s is one of it: %w", StreamJob, d.JobSeq, d.ID, err)
+	}
+	if jobID(m.Header, m.Sequence) != d.ID {
+		return true, nil
+	}
+	if data.IsSeqID(d.ID) {
+		return d.storedAt.IsZero() || m.Time.UnixMilli() != d.storedAt.UnixMilli(), nil
+	}
+	return false, nil
 }
 
 // retryIDPrefix starts the Nats-Msg-Id of a dead letter's re-drive, which

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -705,5 +706,58 @@ func TestRedriveOfANamedJobWhoseRecordExpiredIsNotTakenForADeadLetteredCopy(t *t
 	job := &data.Job{ID: r.ID, Subject: d.Subject, Seq: r.Sequence, Attempt: 1, EnqueuedAt: rec.FirstAt.Add(-50 * time.Millisecond)}
 	if _, err := l.Claim(ctx, job, "w1"); err != nil {
 		t.Errorf("claim of the re-drive: %v; want it claimed, to run (its record: %+v)", err, rec)
+	}
+}
+
+// JOB never made anew, but a dead letter's times say it was: written by a
+// jobq that kept no stored time in its Nats-Msg-Id (dlq-<seq>), with a
+// Jobq-Failed-At from a worker whose clock is behind the server's. Its
+// job's copy is still in JOB (its removal lost) and its record is gone.
+// JOB still holding the very job tells that it was not made anew: the
+// record written for the re-drive keeps the copy's sequence, and the copy,
+// delivered again, is told dead-lettered and acked unrun. Taken for made
+// anew, the record kept no sequence, and the copy ran beside the re-drive.
+func TestRedriveOfAnOldDeadLetterWhoseCopyIsInJOBRunsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 3})
+	created := b.obj.Jobs.CachedInfo().Created
+	ack := b.enqueue(t, "job.a", "J", "payload") // the copy whose removal was lost
+	m := nats.NewMsg(queue.SubjectDLQPrefix + "job.a")
+	m.Data = []byte("payload")
+	m.Header.Set(queue.HeaderJobID, "J")
+	m.Header.Set(queue.HeaderSubject, "job.a")
+	m.Header.Set(queue.HeaderSeq, strconv.FormatUint(ack.Sequence, 10))
+	m.Header.Set(queue.HeaderAttempts, "1")
+	m.Header.Set(queue.HeaderError, "cannot do it")
+	m.Header.Set(queue.HeaderFailedAt, created.Add(-2*time.Second).UTC().Format(time.RFC3339Nano))
+	m.Header.Set(nats.MsgIdHdr, "dlq-"+strconv.FormatUint(ack.Sequence, 10))
+	if _, err := b.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	d, err := queue.DeadLetterOf(ctx, b.obj, "J")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b.obj, d); err != nil {
+		t.Fatal(err)
+	}
+	if rec := b.record(t, "J"); rec.Seq != ack.Sequence {
+		t.Errorf("record written for the re-drive of J: seq %d, want %d, its dead-lettered copy's", rec.Seq, ack.Sequence)
+	}
+	var mu sync.Mutex
+	var ran []uint64
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		ran = append(ran, job.Seq)
+		mu.Unlock()
+		return handlers.Permanent(errors.New("cannot do it"))
+	}))
+	b.waitDrained(t)
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 1 {
+		t.Errorf("J ran at JOB seqs %v for one re-drive; want once, the re-drive's (the copy at seq %d is dead-lettered); DLQ holds %d", ran, ack.Sequence, b.status(t).DLQ.Messages)
 	}
 }
