@@ -369,3 +369,48 @@ func TestRefusedRetryRecordSpendsNoDelivery(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The same for a job on the pool's lease (no record yet): it is retried
+// after its backoff. Its place in the lease holds nothing back, as the
+// pool marks it an orphan's as it releases it, and an orphan of its own
+// lease is leased again at once. Held until the lease ended, its retry
+// came 21s to 41s later under the default ack wait (here, 30s: 11s to 21s).
+func TestRefusedRetryRecordOfALeasedJobWaitsOnlyItsBackoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{AckWait: 30 * time.Second, MaxDeliver: 3, RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
+	var runs atomic.Int32
+	var stuck atomic.Bool
+	var failedAt, rerunAt atomic.Int64
+	p := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		if runs.Add(1) == 1 {
+			stuck.Store(true) // the retrying record is refused
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				stuck.Store(false)
+			}()
+			failedAt.Store(time.Now().UnixNano())
+			return errors.New("not yet")
+		}
+		rerunAt.Store(time.Now().UnixNano())
+		return nil
+	}), servertest.Logger(t))
+	if !p.leasing {
+		t.Fatal("the pool does not lease: the test needs a job on the pool's lease")
+	}
+	p.ledger = data.NewLedger(stuckUpdates{KeyValue: obj.Ledger, stuck: &stuck}, obj.Config.lease(), obj.JS)
+	startPool(t, p)
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "L"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(8 * time.Second)
+	for rerunAt.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("L ran %d times; its retry did not come within 8s of its failure (backoff 10ms; the ledger took writes again after 300ms)", runs.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gap := time.Duration(rerunAt.Load() - failedAt.Load()); gap > 3*time.Second {
+		t.Errorf("L's retry came %s after its failure; want about its backoff, 10ms", gap)
+	}
+}

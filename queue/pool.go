@@ -1020,34 +1020,56 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 // recordFailed handles a ledger write that failed after the handler ran. The
 // job stays unacked: its redelivery decides again from the ledger.
 //
-// It is released, but not before its claim, or its place in the pool's
-// lease, ends: the ledger still holds it by them, and a redelivery while
-// it does would be handed back and spend a delivery; after its last one,
-// the job would be dead-lettered having run fewer times than it may, or,
-// if it succeeded, at all.
+// A job on a claim of its own is released, but not before the claim ends:
+// the ledger still holds the job by it, and a redelivery while it does
+// would be handed back and spend a delivery; after its last one, the job
+// would be dead-lettered having run fewer times than it may. A job on the
+// pool's lease is released after its backoff: its place in the lease is
+// an orphan's from its release on, which this pool leases again at once,
+// and other pools pass once the lease is written again.
 func (p *Pool) recordFailed(it *inflight, err error, log zerolog.Logger) {
+	var held time.Time
+	if !it.unclaimed {
+		held = it.claimHeldUntil()
+	}
+	p.releaseUnrecorded(it, err, held, log)
+}
+
+// unrecorded releases a job whose handler succeeded and whose done record
+// could not be stored, as recordFailed does, but a job on the pool's lease
+// too only once its place there ends: the job, which succeeded, is never
+// to spend its last delivery.
+func (p *Pool) unrecorded(it *inflight, err error) {
+	held := it.claimHeldUntil()
+	if it.unclaimed {
+		held = p.lease.heldUntil(data.Key(it.job.ID))
+	}
+	p.releaseUnrecorded(it, err, held, p.jobLog(it.job).With().Dur("took", it.took).Logger())
+}
+
+// releaseUnrecorded releases a job whose outcome could not be recorded
+// after its backoff, and not before held (see recordFailed). A job whose
+// claim was lost is left to the new holder.
+func (p *Pool) releaseUnrecorded(it *inflight, err error, held time.Time, log zerolog.Logger) {
 	if errors.Is(err, data.ErrClaimLost) {
 		log.Warn().Err(err).Msg("claim lost before the outcome was recorded: outcome left to the new holder")
 		return
-	}
-	it.mu.Lock()
-	held := it.claim.Record.LeaseUntil
-	if it.renewedTo.After(held) {
-		held = it.renewedTo
-	}
-	it.mu.Unlock()
-	if it.unclaimed {
-		held = p.lease.heldUntil(data.Key(it.job.ID))
 	}
 	delay := max(p.cfg.backoff(it.job.Attempt), time.Until(held)+time.Second)
 	log.Error().Err(err).Dur("retry_in", delay).Msg("record job outcome: job will be redelivered")
 	p.nak(it.msg, delay, log)
 }
 
-// unrecorded releases a job whose handler succeeded and whose done record
-// could not be stored (see recordFailed).
-func (p *Pool) unrecorded(it *inflight, err error) {
-	p.recordFailed(it, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
+// claimHeldUntil is when the job's claim ends as stored: its last renewal
+// sent may have landed though its answer was lost. Its heartbeats are
+// over (see heartbeats.remove).
+func (it *inflight) claimHeldUntil() time.Time {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.renewedTo.After(it.claim.Record.LeaseUntil) {
+		return it.renewedTo
+	}
+	return it.claim.Record.LeaseUntil
 }
 
 // run calls the handler with a timeout and panic recovery. The heartbeat
