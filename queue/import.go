@@ -122,7 +122,14 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 	defer ajs.CleanupPublisher()
 	async := *p
 	async.js = ajs
-	im := &importer{p: p, opts: opts, ring: make([]published, opts.Window), last: time.Now()}
+	im := &importer{p: p, opts: opts, ring: make([]published, opts.Window), last: time.Now(), startSeq: ^uint64(0)}
+	// JOB's last sequence before the first line: a retried publish whose
+	// ack says Duplicate, of a job stored after it that no line of this
+	// import was counted for, was stored by its own first publish, whose
+	// ack was lost.
+	if st, err := p.js.Stream(ctx, StreamJob); err == nil {
+		im.startSeq = st.CachedInfo().State.LastSeq
+	}
 
 	in := &ctxReader{ctx: ctx, r: r, done: make(chan struct{})}
 	defer close(in.done)
@@ -235,6 +242,27 @@ type importer struct {
 	// ring holds the publishes waiting for their ack, oldest at head.
 	ring        []published
 	head, count int
+
+	// startSeq is JOB's last sequence when the import began (all ones if
+	// unknown); stored marks the sequences after it counted as stored.
+	startSeq uint64
+	stored   []uint64
+}
+
+// countedStored reports whether seq, after startSeq, was counted stored,
+// and marks it so.
+func (im *importer) countedStored(seq uint64) bool {
+	if seq <= im.startSeq {
+		return true
+	}
+	i := seq - im.startSeq - 1
+	w, bit := int(i/64), uint64(1)<<(i%64)
+	if w >= len(im.stored) {
+		im.stored = append(im.stored, make([]uint64, w+1-len(im.stored))...)
+	}
+	was := im.stored[w]&bit != 0
+	im.stored[w] |= bit
+	return was
 }
 
 type published struct {
@@ -251,6 +279,7 @@ func (im *importer) settleOldest(ctx context.Context) {
 	im.count--
 	var ack *jetstream.PubAck
 	var err error
+	retried := false
 	select {
 	case ack = <-pub.f.Ok():
 	case err = <-pub.f.Err():
@@ -265,8 +294,18 @@ func (im *importer) settleOldest(ctx context.Context) {
 			im.p.metrics.jobEnqueued(msg.Subject)
 		}
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || retryable(err):
-		// Enqueue retries, says what failed and counts its metrics.
-		ack, err = im.p.Enqueue(ctx, msg.Subject, msg.Data, EnqueueOptions{ID: id, Header: msg.Header})
+		// Enqueue retries, says what failed and counts its metrics. After
+		// a stop (Ctrl-C) the line is settled still, within a bound: with
+		// the stopped ctx the retry would fail at once, and a job JOB
+		// holds be summed up as failed.
+		retried = true
+		rctx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), max(im.opts.AckTimeout, time.Second))
+			defer cancel()
+		}
+		ack, err = im.p.Enqueue(rctx, msg.Subject, msg.Data, EnqueueOptions{ID: id, Header: msg.Header})
 	case isFull(err):
 		err = fmt.Errorf("enqueue job %s on %s: %w (%w); stored jobs are kept: wait for workers to drain %s, or raise --max-store", id, msg.Subject, ErrFull, err, StreamJob)
 	default:
@@ -276,9 +315,12 @@ func (im *importer) settleOldest(ctx context.Context) {
 	case err != nil:
 		im.sum.Failed++
 		im.addError(LineError{Line: pub.line, Reason: err.Error()})
-	case ack.Duplicate:
+	case ack.Duplicate && (!retried || im.countedStored(ack.Sequence)):
 		im.sum.Duplicates++
 	default:
+		if !ack.Duplicate {
+			im.countedStored(ack.Sequence)
+		}
 		im.sum.Stored++
 	}
 	im.progress(false)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -320,5 +321,103 @@ func TestCountLines(t *testing.T) {
 		if got, err := queue.CountLines(strings.NewReader(tt.in)); err != nil || got != tt.want {
 			t.Errorf("CountLines(%q): got %d, %v; want %d", tt.in, got, err, tt.want)
 		}
+	}
+}
+
+// A line whose publish was stored but
+// whose ack did not come within AckTimeout is sent again with the same ID
+// (stored once, as promised). The retry's ack reports Duplicate, since
+// the first publish stored it; the summary must still count the line as
+// stored by this import, not as a duplicate of an earlier job: every ID
+// here is new to JOB and to the file.
+func TestImportLostAckCountsAsStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	const n = 20
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"subject":"job.lost","id":"lost-%d","payload":"x"}`, i))
+	}
+	// An ack timeout shorter than any round trip: every ack is "lost".
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(strings.Join(lines, "\n")),
+		queue.ImportOptions{AckTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if got := len(b.storedJobs(t)); got != n {
+		t.Fatalf("JOB holds %d jobs, want %d (each stored once)", got, n)
+	}
+	if sum.Stored != n || sum.Duplicates != 0 {
+		t.Errorf("summary %+v: want %d stored and 0 duplicates: every line's job is new, and this import stored it", sum, n)
+	}
+}
+
+// With every ack lost, a line
+// repeating an ID earlier in the file is still a duplicate (the fix for
+// the test above must not count it stored).
+func TestImportLostAckKeepsDuplicatesWithinFile(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.enqueue(t, "job.lost", "before", "x") // stored before the import
+	in := strings.Join([]string{
+		`{"subject":"job.lost","id":"a","payload":"1"}`,
+		`{"subject":"job.lost","id":"b","payload":"2"}`,
+		`{"subject":"job.lost","id":"a","payload":"3"}`,
+		`{"subject":"job.lost","id":"before","payload":"4"}`,
+	}, "\n")
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(in), queue.ImportOptions{AckTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if sum.Stored != 2 || sum.Duplicates != 2 {
+		t.Errorf("summary %+v: want 2 stored (a, b) and 2 duplicates (a again, before)", sum)
+	}
+}
+
+// cancelAfter is a reader of lines that cancels ctx once all of them were
+// read, as a Ctrl-C right after them would.
+type cancelAfter struct {
+	r      *strings.Reader
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Read(p []byte) (int, error) {
+	if c.r.Len() > 0 {
+		return c.r.Read(p)
+	}
+	// Every line was read and handed on: the user stops the import while
+	// it waits for more input.
+	c.cancel()
+	time.Sleep(time.Second)
+	return 0, io.EOF
+}
+
+// Ctrl-C during an import whose
+// acks are slow. The lines already published are "settled and summed up"
+// (README); a job that JOB holds must not be summed up as failed.
+func TestImportStoppedCountsStoredJobsAsStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	const n = 5
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"subject":"job.stop","id":"stop-%d"}`, i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := &cancelAfter{r: strings.NewReader(strings.Join(lines, "\n") + "\n"), cancel: cancel}
+	sum, err := queue.Import(ctx, b.prod, in, queue.ImportOptions{AckTimeout: time.Nanosecond})
+	if err == nil {
+		t.Fatalf("import: no error after the stop")
+	}
+	stored := 0
+	for deadline := time.Now().Add(2 * time.Second); stored < n && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		stored = len(b.storedJobs(t))
+	}
+	if stored != n {
+		t.Fatalf("JOB holds %d jobs, want the %d read before the stop; summary %+v", stored, n, sum)
+	}
+	if sum.Failed != 0 || sum.Stored != n {
+		t.Errorf("summary %+v: want all %d stored, as JOB holds them", sum, n)
 	}
 }
