@@ -458,10 +458,13 @@ func jobStreamAnewSince(ctx context.Context, obj *Objects, d DeadLetter) (bool, 
 	if jobID(m.Header, m.Sequence) != d.ID {
 		return true, nil
 	}
-	if data.IsSeqID(d.ID) {
-		return d.storedAt.IsZero() || m.Time.UnixMilli() != d.storedAt.UnixMilli(), nil
+	if !d.storedAt.IsZero() {
+		// The very job was stored when d says: a job under the same ID
+		// stored since (a named job published again into a JOB made
+		// anew) is another copy, never dead-lettered.
+		return m.Time.UnixMilli() != d.storedAt.UnixMilli(), nil
 	}
-	return false, nil
+	return data.IsSeqID(d.ID), nil
 }
 
 // retryIDPrefix starts the Nats-Msg-Id of a dead letter's re-drive, which

@@ -761,3 +761,53 @@ func TestRedriveOfAnOldDeadLetterWhoseCopyIsInJOBRunsOnce(t *testing.T) {
 		t.Errorf("J ran at JOB seqs %v for one re-drive; want once, the re-drive's (the copy at seq %d is dead-lettered); DLQ holds %d", ran, ack.Sequence, b.status(t).DLQ.Messages)
 	}
 }
+
+// A named job's dead letter of a JOB since made anew,
+// its record gone (expired after --processed-ttl, or purged), whose new
+// JOB holds at the dead letter's JobSeq a new copy of the job under the
+// same ID (the same NDJSON file imported again into the new JOB, pending
+// when the dead letter is re-driven): jobStreamAnewSince takes that new
+// copy for the dead letter's very job by its ID alone, unless it compares
+// the stored times too: the record written before the re-drive kept the
+// sequence, and the new copy, never dead-lettered (nor run), was told
+// "dead-lettered already" and acked unrun, ending neither done nor in DLQ.
+func TestRedriveDoesNotTakeANewJOBsCopyForItsDeadLetteredJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	p := b.startFailing(t)
+	b.enqueue(t, "job.a", "A", "first") // JOB seq 1
+	b.waitState(t, "A", data.StateFailed)
+	b.waitDrained(t)
+	stopPool(t, p)
+	// Its record expires (per-key TTL) while DLQ keeps its dead letter.
+	if err := b.obj.Ledger.Purge(ctx, data.Key("A")); err != nil {
+		t.Fatal(err)
+	}
+	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	if ack := b2.enqueue(t, "job.a", "A", "second"); ack.Sequence != 1 {
+		t.Fatalf("the new copy of A is stored at seq %d, want 1", ack.Sequence)
+	}
+	d, err := queue.DeadLetterOf(ctx, b2.obj, "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RetryDeadLetter(ctx, b2.obj, d); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var ran []string
+	b2.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, fmt.Sprintf("seq %d=%s", job.Seq, job.Payload))
+		return nil
+	}))
+	b2.waitDrained(t)
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) == 0 || ran[0] != "seq 1=second" {
+		t.Errorf("A ran %v; want the new JOB's copy (seq 1, \"second\") run first, never dead-lettered; DLQ holds %d", ran, b2.status(t).DLQ.Messages)
+	}
+}
