@@ -370,47 +370,45 @@ func TestRefusedRetryRecordSpendsNoDelivery(t *testing.T) {
 	}
 }
 
-// The same for a job on the pool's lease (no record yet): it is retried
-// after its backoff. Its place in the lease holds nothing back, as the
-// pool marks it an orphan's as it releases it, and an orphan of its own
-// lease is leased again at once. Held until the lease ended, its retry
-// came 21s to 41s later under the default ack wait (here, 30s: 11s to 21s).
-func TestRefusedRetryRecordOfALeasedJobWaitsOnlyItsBackoff(t *testing.T) {
+// A job on the pool's lease, cut off by shutdown, whose cut-off record the
+// ledger refuses, is released once its place in the lease ends. Its place
+// is marked an orphan's in the stopping pool's memory only: the pool never
+// writes its lease again, nor deletes it. Released after its backoff alone,
+// the job's redelivery to the pool started next (a restart) met that
+// stored lease, which lists it as running, and was handed back, spending a
+// delivery: here its last, so it was dead-lettered having run once, cut off.
+func TestCutOffLeasedJobWhoseRecordIsRefusedSpendsNoDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	obj := objectsWith(t, Config{AckWait: 30 * time.Second, MaxDeliver: 3, RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
-	var runs atomic.Int32
+	obj := objectsWith(t, Config{MaxDeliver: 2, AckWait: 6 * time.Second, RetryBackoff: []time.Duration{10 * time.Millisecond}, FetchWait: 200 * time.Millisecond})
 	var stuck atomic.Bool
-	var failedAt, rerunAt atomic.Int64
+	started := make(chan struct{}, 1)
 	p := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
-		if runs.Add(1) == 1 {
-			stuck.Store(true) // the retrying record is refused
-			go func() {
-				time.Sleep(300 * time.Millisecond)
-				stuck.Store(false)
-			}()
-			failedAt.Store(time.Now().UnixNano())
-			return errors.New("not yet")
-		}
-		rerunAt.Store(time.Now().UnixNano())
-		return nil
+		started <- struct{}{}
+		<-ctx.Done()
+		stuck.Store(true) // the cut-off record is refused
+		return ctx.Err()
 	}), servertest.Logger(t))
 	if !p.leasing {
 		t.Fatal("the pool does not lease: the test needs a job on the pool's lease")
 	}
 	p.ledger = data.NewLedger(stuckUpdates{KeyValue: obj.Ledger, stuck: &stuck}, obj.Config.lease(), obj.JS)
-	startPool(t, p)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "L"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(8 * time.Second)
-	for rerunAt.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("L ran %d times; its retry did not come within 8s of its failure (backoff 10ms; the ledger took writes again after 300ms)", runs.Load())
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("L did not start")
 	}
-	if gap := time.Duration(rerunAt.Load() - failedAt.Load()); gap > 3*time.Second {
-		t.Errorf("L's retry came %s after its failure; want about its backoff, 10ms", gap)
+	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	p.Stop(sctx)
+	runs, dead := runsAfterStop(t, obj)
+	if runs != 1 || dead != 0 {
+		t.Errorf("L, cut off on delivery 1 of 2 with its cut-off record refused, ran %d times after the restart (want 1), DLQ holds %d (want 0)", runs, dead)
 	}
 }

@@ -1020,31 +1020,26 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 // recordFailed handles a ledger write that failed after the handler ran. The
 // job stays unacked: its redelivery decides again from the ledger.
 //
-// A job on a claim of its own is released, but not before the claim ends:
-// the ledger still holds the job by it, and a redelivery while it does
-// would be handed back and spend a delivery; after its last one, the job
-// would be dead-lettered having run fewer times than it may. A job on the
-// pool's lease is released after its backoff: its place in the lease is
-// an orphan's from its release on, which this pool leases again at once,
-// and other pools pass once the lease is written again.
+// It is released, but not before its claim, or its place in the pool's
+// lease, ends: the ledger holds the job by them, and a redelivery while it
+// does would be handed back and spend a delivery; after its last one, the
+// job would be dead-lettered having run fewer times than it may, or, if it
+// succeeded, at all. A place in the lease holds nothing back once the
+// stored lease marks it an orphan's, but the pool writes that only with
+// its next renewal, or never, if it stops (and another pool, or the next
+// one after a restart, takes the redelivery).
 func (p *Pool) recordFailed(it *inflight, err error, log zerolog.Logger) {
-	var held time.Time
-	if !it.unclaimed {
-		held = it.claimHeldUntil()
+	held := it.claimHeldUntil()
+	if it.unclaimed {
+		held = p.lease.heldUntil(data.Key(it.job.ID))
 	}
 	p.releaseUnrecorded(it, err, held, log)
 }
 
 // unrecorded releases a job whose handler succeeded and whose done record
-// could not be stored, as recordFailed does, but a job on the pool's lease
-// too only once its place there ends: the job, which succeeded, is never
-// to spend its last delivery.
+// could not be stored (see recordFailed).
 func (p *Pool) unrecorded(it *inflight, err error) {
-	held := it.claimHeldUntil()
-	if it.unclaimed {
-		held = p.lease.heldUntil(data.Key(it.job.ID))
-	}
-	p.releaseUnrecorded(it, err, held, p.jobLog(it.job).With().Dur("took", it.took).Logger())
+	p.recordFailed(it, err, p.jobLog(it.job).With().Dur("took", it.took).Logger())
 }
 
 // releaseUnrecorded releases a job whose outcome could not be recorded
