@@ -122,14 +122,12 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 	defer ajs.CleanupPublisher()
 	async := *p
 	async.js = ajs
-	im := &importer{p: p, opts: opts, ring: make([]published, opts.Window), last: time.Now(), startSeq: ^uint64(0)}
-	// JOB's last sequence before the first line: a retried publish whose
-	// ack says Duplicate, of a job stored after it that no line of this
-	// import was counted for, was stored by its own first publish, whose
-	// ack was lost.
-	if st, err := p.js.Stream(ctx, StreamJob); err == nil {
-		im.startSeq = st.CachedInfo().State.LastSeq
-	}
+	im := &importer{p: p, opts: opts, ring: make([]published, opts.Window), last: time.Now()}
+	defer func() {
+		if im.endSettling != nil {
+			im.endSettling()
+		}
+	}()
 
 	in := &ctxReader{ctx: ctx, r: r, done: make(chan struct{})}
 	defer close(in.done)
@@ -243,26 +241,10 @@ type importer struct {
 	ring        []published
 	head, count int
 
-	// startSeq is JOB's last sequence when the import began (all ones if
-	// unknown); stored marks the sequences after it counted as stored.
-	startSeq uint64
-	stored   []uint64
-}
-
-// countedStored reports whether seq, after startSeq, was counted stored,
-// and marks it so.
-func (im *importer) countedStored(seq uint64) bool {
-	if seq <= im.startSeq {
-		return true
-	}
-	i := seq - im.startSeq - 1
-	w, bit := int(i/64), uint64(1)<<(i%64)
-	if w >= len(im.stored) {
-		im.stored = append(im.stored, make([]uint64, w+1-len(im.stored))...)
-	}
-	was := im.stored[w]&bit != 0
-	im.stored[w] |= bit
-	return was
+	// settling bounds, once the import was stopped, the re-sends of the
+	// lines whose acks are late, all of them together (see settleOldest).
+	settling    context.Context
+	endSettling context.CancelFunc
 }
 
 type published struct {
@@ -279,7 +261,6 @@ func (im *importer) settleOldest(ctx context.Context) {
 	im.count--
 	var ack *jetstream.PubAck
 	var err error
-	retried := false
 	select {
 	case ack = <-pub.f.Ok():
 	case err = <-pub.f.Err():
@@ -295,15 +276,15 @@ func (im *importer) settleOldest(ctx context.Context) {
 		}
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || retryable(err):
 		// Enqueue retries, says what failed and counts its metrics. After
-		// a stop (Ctrl-C) the line is settled still, within a bound: with
-		// the stopped ctx the retry would fail at once, and a job JOB
-		// holds be summed up as failed.
-		retried = true
+		// a stop (Ctrl-C) the lines are settled still, all within one
+		// bound: with the stopped ctx the re-send would fail at once, and
+		// a job JOB holds be summed up as failed.
 		rctx := ctx
 		if ctx.Err() != nil {
-			var cancel context.CancelFunc
-			rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), max(im.opts.AckTimeout, time.Second))
-			defer cancel()
+			if im.settling == nil {
+				im.settling, im.endSettling = context.WithTimeout(context.WithoutCancel(ctx), max(im.opts.AckTimeout, time.Second))
+			}
+			rctx = im.settling
 		}
 		ack, err = im.p.Enqueue(rctx, msg.Subject, msg.Data, EnqueueOptions{ID: id, Header: msg.Header})
 	case isFull(err):
@@ -315,12 +296,11 @@ func (im *importer) settleOldest(ctx context.Context) {
 	case err != nil:
 		im.sum.Failed++
 		im.addError(LineError{Line: pub.line, Reason: err.Error()})
-	case ack.Duplicate && (!retried || im.countedStored(ack.Sequence)):
+	case ack.Duplicate:
+		// A re-sent line found stored may be its own first send, whose
+		// ack was lost: JOB holds it once either way.
 		im.sum.Duplicates++
 	default:
-		if !ack.Duplicate {
-			im.countedStored(ack.Sequence)
-		}
 		im.sum.Stored++
 	}
 	im.progress(false)
