@@ -401,18 +401,45 @@ func (l *lease) heldUntil(key string) time.Time {
 	return l.until
 }
 
-// done drops a job from the lease once its record is stored, or keeps it as
-// an orphan if its handler ran and no record could be stored.
-func (l *lease) done(key string, orphan bool) {
+// done drops a job, stored at seq, from the lease once its record is
+// stored, or keeps it as an orphan if its handler ran and no record could
+// be stored. An entry of another copy of the job, leased since, is left.
+func (l *lease) done(key string, seq uint64, orphan bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.doneLocked(key, seq, orphan)
+}
+
+func (l *lease) doneLocked(key string, seq uint64, orphan bool) {
+	j := l.jobs[key]
+	if j == nil || j.seq != seq {
+		return
+	}
 	if orphan {
-		if j := l.jobs[key]; j != nil && !j.orphan {
+		if !j.orphan {
 			j.orphan, j.orphanedAt = true, time.Now()
 		}
 		return
 	}
 	l.dropLocked(key)
+}
+
+// letGo is done for a job released without a record, and returns when the
+// stored lease may end that lists it running (see heldUntil), read in the
+// same step: every write after lists it as an orphan, or not at all.
+func (l *lease) letGo(key string, seq uint64, orphan bool) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	j := l.jobs[key]
+	if j == nil || j.seq != seq {
+		return time.Time{}
+	}
+	held := l.until
+	if l.sent.After(held) {
+		held = l.sent
+	}
+	l.doneLocked(key, seq, orphan)
+	return held
 }
 
 // finishing marks key's job as finishing (see leased).

@@ -691,3 +691,71 @@ func TestSweepStopsWhenThePoolStops(t *testing.T) {
 		t.Errorf("sweep: moved %d, %v; want X", n, err)
 	}
 }
+
+// hookedNak is a delivered job whose Nak runs hook first, then records its
+// delay and when it was sent.
+type hookedNak struct {
+	stubMsg
+	hook  func()
+	delay *atomic.Int64
+	at    *atomic.Int64
+}
+
+func (m hookedNak) NakWithDelay(d time.Duration) error {
+	m.hook()
+	m.delay.Store(int64(d))
+	m.at.Store(time.Now().UnixNano())
+	return nil
+}
+
+// A job on pool A's lease whose handler ran and whose retrying (or
+// cut-off) record the ledger refused is released no earlier than its place
+// in A's lease ends, and leaves the lease (an orphan) in the same step.
+// It became an orphan only later, in release (leaveLease): a lease write
+// between the two (the heartbeat loop's
+// renewal, or the lease.add of another fetched batch, on their own
+// goroutines) stores the lease listing the job as running, not an orphan,
+// until a later end than the Nak's delay was computed from. If A then
+// writes no more (it stops: Stop never rewrites a lease that keeps an
+// orphan; or it is killed), the job's redelivery meets that lease and is
+// handed back, spending a delivery (its last: dead-lettered with fewer
+// runs than --max-deliver).
+//
+// The renewal is forced into the window here by running it as the Nak
+// goes out; in a pool it is the heartbeat loop's, racing the worker.
+func TestLeasedJobReleasedAsItsLeaseIsRenewedSpendsNoDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// lease 4s, heartbeat 2s: a renewal is due 2s after a write.
+	obj := objectsWith(t, Config{AckWait: 6 * time.Second, MaxDeliver: 3, RetryBackoff: []time.Duration{10 * time.Millisecond}})
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
+	var delay, at atomic.Int64
+	m := hookedNak{hook: func() {}, delay: &delay, at: &at}
+	it := &inflight{msg: m, job: &data.Job{ID: "J", Subject: "job.x", Seq: 1, Attempt: 1}}
+	leaseOne(t, a, it)
+	it.mu.Lock()
+	it.ran = true // its handler ran and failed
+	it.mu.Unlock()
+
+	time.Sleep(2100 * time.Millisecond) // A's renewal is due
+	m.hook = func() { a.lease.renew(ctx, a) }
+	it.msg = m
+	a.recordFailed(it, errors.New("record job J retrying: nats: timeout"), *a.jobLog(it.job))
+	a.leaveLease(it) // as release does; A writes its lease no more (stopped)
+
+	if at.Load() == 0 {
+		t.Fatal("J was not released")
+	}
+	back := time.Unix(0, at.Load()).Add(time.Duration(delay.Load()))
+	time.Sleep(time.Until(back))
+	// J's redelivery, to pool B (or to the pool started after A's).
+	again, msg := recJob("J", 1)
+	again.job.Subject, again.job.Attempt = "job.x", 2
+	took, first, later := b.admitBatch(ctx, checkOf(t, b, []*inflight{again}))
+	if len(took) != 1 {
+		snap := checkOf(t, b, []*inflight{again}).snap
+		ls, j, _ := snap.Leased(data.Key("J"))
+		t.Errorf("J, released with delay %s, came back and was leased %d, claimed first %d, later %d, naked %d (a delivery spent): A's stored lease lists it orphan=%v until %s, %s after it came back",
+			time.Duration(delay.Load()), len(took), len(first), len(later), msg.naked.Load(), j.Orphan, ls.Until.Format(time.RFC3339Nano), ls.Until.Sub(time.Now()).Round(time.Millisecond))
+	}
+}

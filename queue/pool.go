@@ -538,10 +538,16 @@ func (p *Pool) leaveLease(it *inflight) {
 	if !it.unclaimed {
 		return
 	}
+	p.lease.done(data.Key(it.job.ID), it.job.Seq, it.orphaned())
+}
+
+// orphaned reports whether a job on the lease that leaves it stays in it
+// as an orphan (see leased.orphan): its handler ran and no record of its
+// outcome was stored.
+func (it *inflight) orphaned() bool {
 	it.mu.Lock()
-	orphan := it.ran && it.claim.Revision == 0 && !it.superseded
-	it.mu.Unlock()
-	p.lease.done(data.Key(it.job.ID), orphan)
+	defer it.mu.Unlock()
+	return it.ran && it.claim.Revision == 0 && !it.superseded
 }
 
 // jobLog returns a logger with job's fields. It is built only when a job
@@ -1028,10 +1034,16 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 // stored lease marks it an orphan's, but the pool writes that only with
 // its next renewal, or never, if it stops (and another pool, or the next
 // one after a restart, takes the redelivery).
+//
+// A job on the lease leaves it here (an orphan, if its handler ran), in
+// the same step that reads when its place ends: a lease write between the
+// two (a renewal, or another batch's) would list it running until later
+// than the release waits for, and, the pool stopping meanwhile, never be
+// written again.
 func (p *Pool) recordFailed(it *inflight, err error, log zerolog.Logger) {
 	held := it.claimHeldUntil()
 	if it.unclaimed {
-		held = p.lease.heldUntil(data.Key(it.job.ID))
+		held = p.lease.letGo(data.Key(it.job.ID), it.job.Seq, it.orphaned())
 	}
 	p.releaseUnrecorded(it, err, held, log)
 }
