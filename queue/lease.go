@@ -26,7 +26,7 @@ type lease struct {
 	last  uint64             // the sequence of this pool's last lease write
 	seen  uint64             // the highest check sequence a write rested on (see add)
 	until time.Time          // when the stored lease ends
-	sent  time.Time          // when the last lease written ends, if stored (see heldUntil)
+	sent  time.Time          // when the last lease written ends, if stored (see letGo)
 	wrote time.Time          // when it was last written
 	dirty bool               // jobs dropped since the last write
 	// closed: the pool stopped and deleted the lease, which no renewal
@@ -386,21 +386,6 @@ func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra [
 	return nil
 }
 
-// heldUntil is when the stored lease may end, if it lists key's job: a
-// write whose answer was lost may have stored a later end than the last
-// one answered. Zero if the lease does not list the job.
-func (l *lease) heldUntil(key string) time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.jobs[key] == nil {
-		return time.Time{}
-	}
-	if l.sent.After(l.until) {
-		return l.sent
-	}
-	return l.until
-}
-
 // done drops a job, stored at seq, from the lease once its record is
 // stored, or keeps it as an orphan if its handler ran and no record could
 // be stored. An entry of another copy of the job, leased since, is left.
@@ -425,8 +410,10 @@ func (l *lease) doneLocked(key string, seq uint64, orphan bool) {
 }
 
 // letGo is done for a job released without a record, and returns when the
-// stored lease may end that lists it running (see heldUntil), read in the
-// same step: every write after lists it as an orphan, or not at all.
+// stored lease that lists it running may end, read in the same step: every
+// write after lists it as an orphan, or not at all. A write whose answer
+// was lost may have stored a later end than the last one answered. Zero if
+// the lease does not list the job.
 func (l *lease) letGo(key string, seq uint64, orphan bool) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

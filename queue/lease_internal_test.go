@@ -756,6 +756,6 @@ func TestLeasedJobReleasedAsItsLeaseIsRenewedSpendsNoDelivery(t *testing.T) {
 		snap := checkOf(t, b, []*inflight{again}).snap
 		ls, j, _ := snap.Leased(data.Key("J"))
 		t.Errorf("J, released with delay %s, came back and was leased %d, claimed first %d, later %d, naked %d (a delivery spent): A's stored lease lists it orphan=%v until %s, %s after it came back",
-			time.Duration(delay.Load()), len(took), len(first), len(later), msg.naked.Load(), j.Orphan, ls.Until.Format(time.RFC3339Nano), ls.Until.Sub(time.Now()).Round(time.Millisecond))
+			time.Duration(delay.Load()), len(took), len(first), len(later), msg.naked.Load(), j.Orphan, ls.Until.Format(time.RFC3339Nano), time.Until(ls.Until).Round(time.Millisecond))
 	}
 }
