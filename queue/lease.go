@@ -36,11 +36,16 @@ type lease struct {
 	// key was, for the checks made before (see sortBatch).
 	gen     uint64
 	dropped map[string]uint64
+	toks    uint64 // the last leased.tok given
 }
 
 // leased is one job in the pool's lease.
 type leased struct {
 	seq uint64
+	// tok names the delivery that the entry was leased for (its
+	// inflight's leaseTok): a redelivery of the same message has the same
+	// seq, and its entry is not the first delivery's to touch.
+	tok uint64
 	// finishing: its handler returned; its outcome is on its way to the
 	// ledger, or, if the job failed for good, to DLQ first.
 	finishing bool
@@ -361,8 +366,10 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 	if err := l.writeLocked(ctx, p, expect, extra); err != nil {
 		return err
 	}
-	for _, j := range extra {
+	for i, j := range extra {
 		l.putLocked(j.Key, j.Seq)
+		l.toks++
+		l.jobs[j.Key].tok, batch[i].leaseTok = l.toks, l.toks
 	}
 	l.seen = checked
 	return nil
@@ -386,18 +393,24 @@ func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra [
 	return nil
 }
 
-// done drops a job, stored at seq, from the lease once its record is
-// stored, or keeps it as an orphan if its handler ran and no record could
-// be stored. An entry of another copy of the job, leased since, is left.
-func (l *lease) done(key string, seq uint64, orphan bool) {
+// done drops it's job from the lease once its record is stored, or keeps
+// it as an orphan if its handler ran and no record could be stored. An
+// entry of another copy or delivery of the job, leased since, is left.
+func (l *lease) done(key string, it *inflight, orphan bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.doneLocked(key, seq, orphan)
+	l.doneLocked(key, it, orphan)
 }
 
-func (l *lease) doneLocked(key string, seq uint64, orphan bool) {
+// mine reports whether j is it's own entry, not a copy's leased since (a
+// redelivery of the same message has the same seq).
+func (j *leased) mine(it *inflight) bool {
+	return j != nil && j.seq == it.job.Seq && j.tok == it.leaseTok
+}
+
+func (l *lease) doneLocked(key string, it *inflight, orphan bool) {
 	j := l.jobs[key]
-	if j == nil || j.seq != seq {
+	if !j.mine(it) {
 		return
 	}
 	if orphan {
@@ -414,18 +427,18 @@ func (l *lease) doneLocked(key string, seq uint64, orphan bool) {
 // write after lists it as an orphan, or not at all. A write whose answer
 // was lost may have stored a later end than the last one answered. Zero if
 // the lease does not list the job.
-func (l *lease) letGo(key string, seq uint64, orphan bool) time.Time {
+func (l *lease) letGo(key string, it *inflight, orphan bool) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	j := l.jobs[key]
-	if j == nil || j.seq != seq {
+	if !j.mine(it) {
 		return time.Time{}
 	}
 	held := l.until
 	if l.sent.After(held) {
 		held = l.sent
 	}
-	l.doneLocked(key, seq, orphan)
+	l.doneLocked(key, it, orphan)
 	return held
 }
 

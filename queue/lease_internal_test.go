@@ -759,3 +759,50 @@ func TestLeasedJobReleasedAsItsLeaseIsRenewedSpendsNoDelivery(t *testing.T) {
 			time.Duration(delay.Load()), len(took), len(first), len(later), msg.naked.Load(), j.Orphan, ls.Until.Format(time.RFC3339Nano), time.Until(ls.Until).Round(time.Millisecond))
 	}
 }
+
+// done and letGo tell a job's own lease entry from another copy's, and
+// from another delivery's: a redelivery of the same message has the same
+// stream sequence, by which alone they told it. Pool A releases J (its retry record refused): letGo marks
+// J's entry an orphan, the Nak goes out. J's redelivery is leased by A, as
+// a resumed attempt, before the first copy's release() runs leaveLease;
+// that leaveLease then acts on the redelivery's entry: it marks the
+// running redelivery an orphan ("holds nothing back"). Once A's lease is
+// written so, pool B leases another copy of J (a republish after the
+// dedupe window) while the redelivery still runs in A: two handlers of J
+// at once.
+func TestLeaseFirstDeliverysLeaveDoesNotTouchItsRedeliverysEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{AckWait: 6 * time.Second, MaxDeliver: 3, RetryBackoff: []time.Duration{10 * time.Millisecond}})
+	a, b := leasingPool(t, obj), leasingPool(t, obj)
+
+	first, _ := recJob("J", 1)
+	first.job.Subject = "job.x"
+	leaseOne(t, a, first)
+	first.mu.Lock()
+	first.ran = true // its handler ran and failed
+	first.mu.Unlock()
+	a.recordFailed(first, errors.New("record job J retrying: nats: timeout"), *a.jobLog(first.job))
+
+	// J's redelivery (same stream sequence) comes back to A and is leased.
+	again, _ := recJob("J", 1)
+	again.job.Subject, again.job.Attempt = "job.x", 2
+	if took, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{again})); len(took) != 1 {
+		t.Fatalf("A: redelivery of J leased %d, want 1", len(took))
+	}
+	again.mu.Lock()
+	again.ran = true // its handler runs now
+	again.mu.Unlock()
+
+	a.leaveLease(first) // the first copy's release, as release() does
+
+	if j, held, _ := a.lease.find(data.Key("J")); !held || j.orphan {
+		t.Errorf("A's entry of J, run by its redelivery: held %v, orphan %v; want held, running", held, j.orphan)
+	}
+	renewNow(ctx, a)
+	other, m := recJob("J", 7) // published again, after the dedupe window
+	other.job.Subject = "job.x"
+	if took, _, _ := b.admitBatch(ctx, checkOf(t, b, []*inflight{other})); len(took) != 0 {
+		t.Errorf("B leased a copy of J (acked %d, naked %d) while A runs J's redelivery: two handlers of J at once", m.acked.Load(), m.naked.Load())
+	}
+}

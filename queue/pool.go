@@ -133,6 +133,9 @@ type inflight struct {
 	// a prepared claim that its first write turns into its record (see
 	// admitBatch).
 	unclaimed bool
+	// leaseTok names its entry in the pool's lease (see leased.tok); set
+	// with unclaimed.
+	leaseTok uint64
 	// ran: its handler started.
 	ran bool
 	// superseded: its prepared claim's first write found another record,
@@ -538,7 +541,7 @@ func (p *Pool) leaveLease(it *inflight) {
 	if !it.unclaimed {
 		return
 	}
-	p.lease.done(data.Key(it.job.ID), it.job.Seq, it.orphaned())
+	p.lease.done(data.Key(it.job.ID), it, it.orphaned())
 }
 
 // orphaned reports whether a job on the lease that leaves it stays in it
@@ -1043,7 +1046,7 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 func (p *Pool) recordFailed(it *inflight, err error, log zerolog.Logger) {
 	held := it.claimHeldUntil()
 	if it.unclaimed {
-		held = p.lease.letGo(data.Key(it.job.ID), it.job.Seq, it.orphaned())
+		held = p.lease.letGo(data.Key(it.job.ID), it, it.orphaned())
 	}
 	p.releaseUnrecorded(it, err, held, log)
 }
