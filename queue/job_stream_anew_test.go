@@ -642,20 +642,28 @@ func TestRedriveUnderItsOwnIDIsNotTakenForADeadLetteredCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := queue.RetryDeadLetter(ctx, b2.obj, d)
+	redriveWithClientAhead(t, b2, d, "jobq-retry-"+strconv.FormatUint(d.Seq, 10)+"-"+strconv.FormatInt(d.FailedAt.UnixNano(), 10))
+}
+
+// redriveWithClientAhead re-drives d, which must land at its job's own
+// sequence under the ID want, and claims the re-drive as a pool would, as
+// stored by a server whose clock is 50ms behind the re-driving client's:
+// the re-drive must run.
+func redriveWithClientAhead(t *testing.T, b *testBundle, d queue.DeadLetter, want string) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := queue.RetryDeadLetter(ctx, b.obj, d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Sequence != d.JobSeq || r.ID == d.ID {
-		t.Fatalf("re-drive %s at seq %d, dead letter's job %s at seq %d: want the same sequence, another ID", r.ID, r.Sequence, d.ID, d.JobSeq)
+	if r.Sequence != d.JobSeq || r.ID != want {
+		t.Fatalf("re-drive %s at seq %d, dead letter's job %s at seq %d: want it under %s at the same sequence", r.ID, r.Sequence, d.ID, d.JobSeq, want)
 	}
-	l := data.NewLedger(b2.obj.Ledger, time.Minute, nil)
+	l := data.NewLedger(b.obj.Ledger, time.Minute, nil)
 	rec, err := l.Get(ctx, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The re-drive as a pool gets it, stored by a server whose clock is
-	// 50ms behind the client's.
 	job := &data.Job{ID: r.ID, Subject: d.Subject, Seq: r.Sequence, Attempt: 1, EnqueuedAt: rec.FirstAt.Add(-50 * time.Millisecond)}
 	if _, err := l.Claim(ctx, job, "w1"); err != nil {
 		t.Errorf("claim of the re-drive: %v; want it claimed, to run (its record: %+v)", err, rec)
@@ -688,25 +696,7 @@ func TestRedriveOfANamedJobWhoseRecordExpiredIsNotTakenForADeadLetteredCopy(t *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := queue.RetryDeadLetter(ctx, b2.obj, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Sequence != d.JobSeq || r.ID != d.ID {
-		t.Fatalf("re-drive %s at seq %d, dead letter's job %s at seq %d: want the same sequence and ID", r.ID, r.Sequence, d.ID, d.JobSeq)
-	}
-	l := data.NewLedger(b2.obj.Ledger, time.Minute, nil)
-	rec, err := l.Get(ctx, r.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The re-drive as a pool gets it, stored by a server whose clock is
-	// 50ms behind the re-driving client's (as in
-	// TestRedriveUnderItsOwnIDIsNotTakenForADeadLetteredCopy).
-	job := &data.Job{ID: r.ID, Subject: d.Subject, Seq: r.Sequence, Attempt: 1, EnqueuedAt: rec.FirstAt.Add(-50 * time.Millisecond)}
-	if _, err := l.Claim(ctx, job, "w1"); err != nil {
-		t.Errorf("claim of the re-drive: %v; want it claimed, to run (its record: %+v)", err, rec)
-	}
+	redriveWithClientAhead(t, b2, d, "welcome-bob")
 }
 
 // JOB never made anew, but a dead letter's times say it was: written by a
