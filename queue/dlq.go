@@ -411,7 +411,7 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 // Redrive is a dead letter re-enqueued: where JOB stored it, and the job ID
 // it runs under. That is the dead letter's own, but for a job known by its
 // JOB sequence (seq-N) of a JOB made anew since: its re-drive's own (see
-// redriveID), jobq-retry-….
+// jobStreamAnewSince), jobq-retry-….
 type Redrive struct {
 	*jetstream.PubAck
 	ID string

@@ -681,17 +681,7 @@ func redriveWithClientAhead(t *testing.T, b *testBundle, d queue.DeadLetter, wan
 func TestRedriveOfANamedJobWhoseRecordExpiredIsNotTakenForADeadLetteredCopy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, queue.Config{MaxDeliver: 1})
-	p := b.startFailing(t)
-	b.enqueue(t, "job.a", "welcome-bob", "first") // JOB seq 1
-	b.waitState(t, "welcome-bob", data.StateFailed)
-	b.waitDrained(t)
-	stopPool(t, p)
-	// Its record expires (per-key TTL) while DLQ keeps its dead letter.
-	if err := b.obj.Ledger.Purge(ctx, data.Key("welcome-bob")); err != nil {
-		t.Fatal(err)
-	}
-	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	b2 := expiredDeadLetterThenRemake(t, "welcome-bob")
 	d, err := queue.DeadLetterOf(ctx, b2.obj, "welcome-bob")
 	if err != nil {
 		t.Fatal(err)
@@ -764,17 +754,7 @@ func TestRedriveOfAnOldDeadLetterWhoseCopyIsInJOBRunsOnce(t *testing.T) {
 func TestRedriveDoesNotTakeANewJOBsCopyForItsDeadLetteredJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, queue.Config{MaxDeliver: 1})
-	p := b.startFailing(t)
-	b.enqueue(t, "job.a", "A", "first") // JOB seq 1
-	b.waitState(t, "A", data.StateFailed)
-	b.waitDrained(t)
-	stopPool(t, p)
-	// Its record expires (per-key TTL) while DLQ keeps its dead letter.
-	if err := b.obj.Ledger.Purge(ctx, data.Key("A")); err != nil {
-		t.Fatal(err)
-	}
-	b2 := remakeJobs(t, b, queue.Config{MaxDeliver: 1})
+	b2 := expiredDeadLetterThenRemake(t, "A")
 	if ack := b2.enqueue(t, "job.a", "A", "second"); ack.Sequence != 1 {
 		t.Fatalf("the new copy of A is stored at seq %d, want 1", ack.Sequence)
 	}
@@ -800,4 +780,21 @@ func TestRedriveDoesNotTakeANewJOBsCopyForItsDeadLetteredJob(t *testing.T) {
 	if len(ran) == 0 || ran[0] != "seq 1=second" {
 		t.Errorf("A ran %v; want the new JOB's copy (seq 1, \"second\") run first, never dead-lettered; DLQ holds %d", ran, b2.status(t).DLQ.Messages)
 	}
+}
+
+// expiredDeadLetterThenRemake dead-letters job id (payload "first", JOB
+// seq 1), purges its record as its TTL would while DLQ keeps the dead
+// letter, then makes JOB anew, with no pool running.
+func expiredDeadLetterThenRemake(t *testing.T, id string) *testBundle {
+	t.Helper()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	p := b.startFailing(t)
+	b.enqueue(t, "job.a", id, "first") // JOB seq 1
+	b.waitState(t, id, data.StateFailed)
+	b.waitDrained(t)
+	stopPool(t, p)
+	if err := b.obj.Ledger.Purge(context.Background(), data.Key(id)); err != nil {
+		t.Fatal(err)
+	}
+	return remakeJobs(t, b, queue.Config{MaxDeliver: 1})
 }

@@ -393,17 +393,19 @@ func (l *lease) writeLocked(ctx context.Context, p *Pool, expect uint64, extra [
 	return nil
 }
 
-// done drops it's job from the lease once its record is stored, or keeps
-// it as an orphan if its handler ran and no record could be stored. An
-// entry of another copy or delivery of the job, leased since, is left.
+// done drops the job of delivery it from the lease once its record is
+// stored, or keeps it as an orphan if its handler ran and no record could
+// be stored. An entry of another copy or delivery of the job, leased
+// since, is left.
 func (l *lease) done(key string, it *inflight, orphan bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.doneLocked(key, it, orphan)
 }
 
-// mine reports whether j is it's own entry, not a copy's leased since (a
-// redelivery of the same message has the same seq).
+// mine reports whether j is the entry of delivery it, not a copy's or
+// another delivery's leased since (a redelivery of the same message has
+// the same seq).
 func (j *leased) mine(it *inflight) bool {
 	return j != nil && j.seq == it.job.Seq && j.tok == it.leaseTok
 }
@@ -442,11 +444,11 @@ func (l *lease) letGo(key string, it *inflight, orphan bool) time.Time {
 	return held
 }
 
-// finishing marks key's job as finishing (see leased).
-func (l *lease) finishing(key string) {
+// finishing marks the entry of delivery it as finishing (see leased).
+func (l *lease) finishing(key string, it *inflight) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if j := l.jobs[key]; j != nil {
+	if j := l.jobs[key]; j.mine(it) {
 		j.finishing = true
 	}
 }

@@ -554,7 +554,8 @@ func TestLeaseRedriveOfAFinishingRunIsNotDropped(t *testing.T) {
 	obj := leasingObjects(t)
 	a := leasingPool(t, obj)
 	ctx := context.Background()
-	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{stubJob("R", 1)})); len(leased) != 1 {
+	run := stubJob("R", 1)
+	if leased, _, _ := a.admitBatch(ctx, checkOf(t, a, []*inflight{run})); len(leased) != 1 {
 		t.Fatal("R not leased")
 	}
 	redrive := func(seq uint64) recMsg {
@@ -568,7 +569,7 @@ func TestLeaseRedriveOfAFinishingRunIsNotDropped(t *testing.T) {
 	if m := redrive(2); m.acked.Load() != 1 || m.naked.Load() != 0 {
 		t.Errorf("re-drive while R runs: acked %d, naked %d; want it dropped", m.acked.Load(), m.naked.Load())
 	}
-	a.lease.finishing("R")
+	a.lease.finishing(data.Key("R"), run)
 	if m := redrive(3); m.acked.Load() != 0 || m.naked.Load() != 1 {
 		t.Errorf("re-drive once R's handler returned: acked %d, naked %d; want it released", m.acked.Load(), m.naked.Load())
 	}

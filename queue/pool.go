@@ -166,7 +166,7 @@ type inflight struct {
 	cancel   context.CancelCauseFunc // cancels the running handler
 }
 
-// lose marks it's claim, or its place in the pool's lease, lost for cause,
+// lose marks its claim, or its place in the pool's lease, lost for cause,
 // which wraps data.ErrClaimLost: no more heartbeats, and its handler is
 // cancelled if it started; if not, it does not start (see runOne). it.mu
 // is held.
@@ -714,7 +714,7 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 // runOne).
 func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 	if it.unclaimed {
-		p.lease.finishing(data.Key(it.job.ID))
+		p.lease.finishing(data.Key(it.job.ID), it)
 	}
 	p.handling.Add(-1)
 	it.took = time.Since(it.start)
