@@ -32,7 +32,7 @@
 //
 // # Exec
 //
-// Exec runs "sh -c COMMAND" with the payload on stdin and JOBQ_JOB_ID,
+// Exec runs "sh -c -- COMMAND" with the payload on stdin and JOBQ_JOB_ID,
 // JOBQ_SUBJECT, JOBQ_ATTEMPT, JOBQ_SEQ and JOBQ_RESUMED ("1" or "0") in its
 // environment. Its exit status decides:
 //

@@ -55,7 +55,7 @@ type ExecOptions struct {
 	Stderr io.Writer
 }
 
-// Exec returns a Handler that runs "sh -c command" for each job, with the
+// Exec returns a Handler that runs "sh -c -- command" for each job, with the
 // payload on stdin and the environment of the process plus opts.Env plus
 // JOBQ_JOB_ID, JOBQ_SUBJECT, JOBQ_ATTEMPT, JOBQ_SEQ and JOBQ_RESUMED ("1" or
 // "0").
@@ -84,7 +84,7 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 		return fmt.Errorf("run command: %w", err)
 	}
 
-	cmd := exec.CommandContext(ctx, "sh", "-c", h.command)
+	cmd := exec.CommandContext(ctx, "sh", "-c", "--", h.command)
 	cmd.Dir = h.opts.Dir
 	cmd.Env = h.env(job)
 	cmd.Stdin = bytes.NewReader(job.Payload)

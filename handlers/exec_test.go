@@ -309,6 +309,21 @@ func TestExecCannotStart(t *testing.T) {
 	}
 }
 
+// TestExecCommandStartingWithADash: the command is sh's command string as
+// given, even when it starts with "-", which sh would otherwise take for
+// its options and refuse.
+func TestExecCommandStartingWithADash(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	h := handlers.Exec(`-no-such-command 2>/dev/null; echo ran >"$OUT"`, handlers.ExecOptions{Env: []string{"OUT=" + out}})
+	if err := h.Process(context.Background(), &data.Job{Subject: "job.x"}); err != nil {
+		t.Fatalf("Process = %v, want the command run as written", err)
+	}
+	if got := readFile(t, filepath.Dir(out), "out"); got != "ran\n" {
+		t.Errorf("command wrote %q, want %q", got, "ran\n")
+	}
+}
+
 func TestExecContextDoneBeforeStart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
