@@ -388,17 +388,36 @@ func TestHTTPAnswersWhileStarting(t *testing.T) {
 
 // /readyz is not ready while the workers cannot work: without the ledger
 // bucket no job is claimed or recorded, without DLQ none is dead-lettered.
-func TestReadyzNeedsTheLedgerAndDLQ(t *testing.T) {
+// TestReadyzNeedsEveryObject: /readyz names the object that is gone, with
+// workers or without (external workers need them too), and says to restart
+// jobq serve when only that creates it again.
+func TestReadyzNeedsEveryObject(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name, want string
+		workers    bool
 		remove     func(context.Context, *queue.Objects) error
 	}{
-		{"ledger", "ledger bucket", func(ctx context.Context, obj *queue.Objects) error {
+		{"ledger", "ledger bucket processed is gone: restart jobq serve", true, func(ctx context.Context, obj *queue.Objects) error {
 			return obj.JS.DeleteKeyValue(ctx, queue.BucketProcessed)
 		}},
-		{"dlq", "stream DLQ", func(ctx context.Context, obj *queue.Objects) error {
+		{"dlq", "stream DLQ: ", true, func(ctx context.Context, obj *queue.Objects) error {
 			return obj.JS.DeleteStream(ctx, queue.StreamDLQ)
+		}},
+		{"job", "stream JOB is gone: restart jobq serve", true, func(ctx context.Context, obj *queue.Objects) error {
+			return obj.JS.DeleteStream(ctx, queue.StreamJob)
+		}},
+		{"broker ledger", "ledger bucket processed is gone: restart jobq serve", false, func(ctx context.Context, obj *queue.Objects) error {
+			return obj.JS.DeleteKeyValue(ctx, queue.BucketProcessed)
+		}},
+		{"broker dlq", "stream DLQ is gone: restart jobq serve", false, func(ctx context.Context, obj *queue.Objects) error {
+			return obj.JS.DeleteStream(ctx, queue.StreamDLQ)
+		}},
+		{"broker worker", "consumer WORKER is gone: restart jobq serve", false, func(ctx context.Context, obj *queue.Objects) error {
+			return obj.JS.DeleteConsumer(ctx, queue.StreamJob, queue.ConsumerWorker)
+		}},
+		{"broker job", "stream JOB is gone: restart jobq serve", false, func(ctx context.Context, obj *queue.Objects) error {
+			return obj.JS.DeleteStream(ctx, queue.StreamJob)
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -406,28 +425,37 @@ func TestReadyzNeedsTheLedgerAndDLQ(t *testing.T) {
 			log := servertest.Logger(t)
 			reg, _ := newMetrics()
 			srv, obj := provisioned(t, false, queue.Config{FetchWait: 200 * time.Millisecond})
-			pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), log)
-			if err := pool.Start(context.Background()); err != nil {
-				t.Fatal(err)
+			var pool *queue.Pool
+			if tt.workers {
+				pool = queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), log)
+				if err := pool.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					pool.Stop(ctx)
+				})
 			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				pool.Stop(ctx)
-			})
 			hs := startHTTP(listenLocal(t), obj, pool, srv.StoreErr, reg, nil, nil, dashboard.Auth{}, log)
 			t.Cleanup(func() { hs.Shutdown(context.Background()) })
+			readyz := func() (int, string) {
+				resp, err := http.Get("http://" + hs.Addr + "/readyz")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, strings.TrimSpace(string(body))
+			}
+			if code, body := readyz(); code != http.StatusOK {
+				t.Fatalf("/readyz before: %d %s; want 200", code, body)
+			}
 			if err := tt.remove(context.Background(), obj); err != nil {
 				t.Fatal(err)
 			}
-			resp, err := http.Get("http://" + hs.Addr + "/readyz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), tt.want) {
-				t.Errorf("/readyz without %s: %d %s; want 503 naming it", tt.name, resp.StatusCode, body)
+			if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, tt.want) {
+				t.Errorf("/readyz without %s: %d %s; want 503 with %q", tt.name, code, body, tt.want)
 			}
 		})
 	}

@@ -961,6 +961,19 @@ func serveHTTP(ln net.Listener, log zerolog.Logger) (hs *http.Server, set func(h
 	}
 }
 
+// notReady is what /readyz says of what, which answered err: nil if it
+// answered. One that is gone, and that only a restart creates again
+// (restart), says so.
+func notReady(what string, err error, restart bool) error {
+	switch {
+	case err == nil:
+		return nil
+	case restart && (errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)):
+		return fmt.Errorf("%s is gone: restart jobq serve, which creates it again (%w)", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // httpHandler serves /healthz, /readyz, /metrics from reg, the monitor
 // handlers (nats-server's /varz and /jsz; nil with an external server) and
 // the dashboard (nil: none) for ln. All but /healthz and /readyz require
@@ -974,24 +987,25 @@ func httpHandler(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		workers := pool == nil || pool.Running()
+		// Each object is checked with or without workers here: external
+		// ones (jobq next, nats consumer next JOB WORKER) need them too.
 		_, err := obj.Jobs.Info(ctx)
-		if err == nil && pool != nil {
-			// The workers fetch through WORKER: without it, every pull fails.
-			if _, cerr := obj.Worker.Info(ctx); cerr != nil {
-				err = fmt.Errorf("consumer %s: %w", queue.ConsumerWorker, cerr)
-			}
+		err = notReady("stream "+queue.StreamJob, err, true)
+		if err == nil {
+			// The workers fetch through WORKER: without it, every pull
+			// fails. A pool creates it again; nothing else does.
+			_, cerr := obj.Worker.Info(ctx)
+			err = notReady("consumer "+queue.ConsumerWorker, cerr, pool == nil)
 		}
-		if err == nil && pool != nil && !obj.Config.NoLedger {
+		if err == nil && !obj.Config.NoLedger {
 			// Without the ledger no job is checked, claimed or recorded.
-			if _, lerr := obj.Ledger.Status(ctx); lerr != nil {
-				err = fmt.Errorf("ledger bucket %s: %w", queue.BucketProcessed, lerr)
-			}
+			_, lerr := obj.Ledger.Status(ctx)
+			err = notReady("ledger bucket "+queue.BucketProcessed, lerr, true)
 		}
-		if err == nil && pool != nil {
+		if err == nil {
 			// Without DLQ a job whose deliveries ran out stays in JOB.
-			if _, derr := obj.Dead.Info(ctx); derr != nil {
-				err = fmt.Errorf("stream %s: %w", queue.StreamDLQ, derr)
-			}
+			_, derr := obj.Dead.Info(ctx)
+			err = notReady("stream "+queue.StreamDLQ, derr, pool == nil)
 		}
 		if err == nil && storeErr != nil {
 			err = storeErr()
