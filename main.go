@@ -752,7 +752,7 @@ func serve(c *cli.Context) (err error) {
 	var setHTTP func(http.Handler)
 	if addr := c.String("http"); addr != "" {
 		if httpLn, err = net.Listen("tcp", addr); err != nil {
-			return fmt.Errorf("listen on --http %s: %w; pass a free address or --http ''", addr, err)
+			return fmt.Errorf("listen on --http %s: %w; pass a free address of this machine, or --http '' for none", addr, err)
 		}
 		var hs *http.Server
 		hs, setHTTP = serveHTTP(httpLn, log)
