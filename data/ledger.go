@@ -154,9 +154,7 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 		case prev.State == StateRunning && now.Before(prev.LeaseUntil):
 			c.Record = prev
 			return c, ErrClaimed
-		case prev.State == StateFailed && prev.Seq == job.Seq && !job.EnqueuedAt.IsZero() && !job.EnqueuedAt.After(prev.FirstAt):
-			// The record's time tells this copy from a job stored under
-			// the same sequence in a stream made anew since.
+		case prev.DeadLettered(job):
 			c.Record = prev
 			return c, ErrDeadLettered
 		default:
@@ -184,6 +182,15 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 	// Not ErrClaimed: no record was seen to hold the job, and a caller
 	// takes that for another run of it (and may drop this copy).
 	return c, fmt.Errorf("claim job %s: its record changed under each of 8 claims; try again", job.ID)
+}
+
+// DeadLettered reports whether r, a record of job's ID that is not an
+// earlier JOB's (see Earlier), says that this very copy of job was
+// dead-lettered: its stream sequence, stored before the record's first
+// attempt. The time tells this copy from a job stored under the same
+// sequence in a stream made anew since.
+func (r Record) DeadLettered(job *Job) bool {
+	return r.State == StateFailed && r.Seq == job.Seq && !job.EnqueuedAt.IsZero() && !job.EnqueuedAt.After(r.FirstAt)
 }
 
 // newClaimRecord is the record of a first claim on job. A job delivered

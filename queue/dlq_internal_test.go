@@ -20,6 +20,7 @@ import (
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/server"
 	"github.com/jobq/jobq/server/servertest"
 )
 
@@ -448,5 +449,99 @@ func TestRedriveOfAJobStoredInJOBsFirstMillisecondKeepsItsID(t *testing.T) {
 	if r.ID != d.ID {
 		t.Errorf("re-drive of %s, stored %s in JOB created %s (never made anew): runs under %s; want %s",
 			d.ID, job.EnqueuedAt.Format(time.RFC3339Nano), created.Format(time.RFC3339Nano), r.ID, d.ID)
+	}
+}
+
+// A job dead-lettered on its last delivery whose removal from JOB was lost
+// (jobq killed before the ack) is only removed by the sweep: its failed
+// record names this very copy. Dead-lettered again, it came back to DLQ
+// once the first dead letter was purged, or sat there twice past DLQ's
+// dedupe window, and dlq retry --all ran it twice.
+func TestSweepRemovesACopyThatWasDeadLetteredAlready(t *testing.T) {
+	ctx := context.Background()
+	scfg := server.Config{StoreDir: t.TempDir(), Logger: servertest.Logger(t)}
+	qcfg := Config{MaxDeliver: 1, AckWait: time.Second, FetchWait: 200 * time.Millisecond}
+	srv, err := server.Start(ctx, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := Provision(ctx, js, qcfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "X"}); err != nil {
+		t.Fatal(err)
+	}
+	// What Pool.fail does on the last delivery, up to the ack, which a
+	// kill cuts off.
+	batch, err := obj.Worker.Fetch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job *data.Job
+	for m := range batch.Messages() {
+		if job, err = decodeJob(m); err != nil {
+			t.Fatal(err)
+		}
+		if err := deadLetter(ctx, obj.JS, job, m.Headers(), "boom"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if job == nil {
+		t.Fatal("no job fetched")
+	}
+	l := data.NewLedger(obj.Ledger, 0, obj.JS)
+	if err := l.FailUnclaimed(ctx, job, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	// The operator gives up on X; jobq starts again.
+	if n, err := PurgeDeadLetters(ctx, obj); err != nil || n != 1 {
+		t.Fatalf("purge DLQ: %d, %v; want 1", n, err)
+	}
+	nc.Close()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv = servertest.StartConfig(t, scfg)
+	js, err = jetstream.New(servertest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj, err = Provision(ctx, js, qcfg, servertest.Logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		obj.Worker.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
+		if info, err := obj.Worker.Info(ctx); err == nil && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("X still pending after 15s")
+		}
+	}
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return errors.New("never runs") }), servertest.Logger(t))
+	t.Cleanup(p.ledger.Close)
+	if _, err := p.sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := obj.Dead.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := obj.Jobs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dead.State.Msgs != 0 || jobs.State.Msgs != 0 {
+		t.Errorf("after the sweep: JOB %d, DLQ %d; want both 0 (X was dead-lettered, and its dead letter purged)", jobs.State.Msgs, dead.State.Msgs)
 	}
 }

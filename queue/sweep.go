@@ -74,8 +74,9 @@ func (p *Pool) sweepSeq(ctx context.Context, seq uint64) (bool, error) {
 	return p.sweepOne(ctx, m)
 }
 
-// sweepOne dead-letters one exhausted job: a done record means only the ack
-// was lost, so the job is just removed; a live claim or lease is left to
+// sweepOne dead-letters one exhausted job: a done record, or a failed one
+// that names this very copy, means only the ack was lost, so the job is
+// just removed; a live claim or lease is left to
 // its holder; anything else goes to DLQ with the ledger's last error and is recorded
 // failed, then removed from JOB.
 func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, error) {
@@ -102,6 +103,16 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		return false, nil
 	case err == nil && rec.State == data.StateRunning && time.Now().Before(rec.LeaseUntil):
 		return false, nil // its holder is still running it
+	case err == nil && rec.DeadLettered(job):
+		// Its dead letter is stored; only its removal was lost (jobq
+		// stopped before the ack). Dead-lettered again, it would be in
+		// DLQ twice once DLQ's dedupe window passed, or back after its
+		// dead letter was purged.
+		if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
+			return false, fmt.Errorf("remove dead-lettered job %s: %w", job.ID, err)
+		}
+		log.Warn().Msg("job dead-lettered already: removed from " + StreamJob)
+		return false, nil
 	case errors.Is(err, data.ErrNotFound) && p.leasing:
 		// It may run on a pool's lease, as a job without a record does.
 		// (Pools that claim run no job without a record, and read no
