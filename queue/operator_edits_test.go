@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,6 +134,41 @@ func TestJobStreamLimitsThatDeleteJobsAreNotKept(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// An operator capped DLQ's message size (nats stream edit DLQ
+// --max-msg-size 512). Started again, jobq must not keep that: every dead
+// letter larger was refused, and a job that failed for good ran again on
+// each delivery and never left JOB.
+func TestDeadLetterSizeCapIsNotKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{MaxDeliver: 2, AckWait: time.Second})
+	s, err := b.js.Stream(ctx, queue.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.CachedInfo().Config
+	c.MaxMsgSize = 512
+	if _, err := b.js.UpdateStream(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	b.reprovision(t)
+	var runs atomic.Int32
+	b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		runs.Add(1)
+		return handlers.Permanent(errors.New("broken"))
+	}))
+	b.enqueue(t, "job.d", "big", strings.Repeat("x", 1024))
+	waitFor(t, 10*time.Second, func() error {
+		if st := b.status(t); st.DLQ.Messages != 1 || st.Stream.Messages != 0 {
+			return fmt.Errorf("JOB holds %d jobs, DLQ %d, after %d runs of a job that failed for good; want it dead-lettered", st.Stream.Messages, st.DLQ.Messages, runs.Load())
+		}
+		return nil
+	})
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the job ran %d times; want 1", n)
 	}
 }
 

@@ -96,7 +96,10 @@ func deadStreamConfig(cfg Config) jetstream.StreamConfig {
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  DefaultDedupeWindow,
 		MaxBytes:    -1,
-		Replicas:    cfg.Replicas,
+		// -1, not 0: an operator's cap is put back (see ensureStream), or
+		// every dead letter over it is refused and its job never leaves JOB.
+		MaxMsgSize: -1,
+		Replicas:   cfg.Replicas,
 	}
 }
 
