@@ -751,6 +751,13 @@ func serve(c *cli.Context) (err error) {
 	var httpLn net.Listener
 	var setHTTP func(http.Handler)
 	if addr := c.String("http"); addr != "" {
+		if c.String("server") == "" {
+			// A second jobq on this store says so, not that --http, the
+			// same as the first one's, is taken.
+			if err := server.StoreFree(sc.StoreDir); err != nil {
+				return err
+			}
+		}
 		if httpLn, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("listen on --http %s: %w; pass a free address of this machine, or --http '' for none", addr, err)
 		}

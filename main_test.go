@@ -1394,6 +1394,11 @@ func TestCLIServeStoreDirInUse(t *testing.T) {
 	addrs := freeAddrs(t, 2)
 	r := jobq(t, "serve", "--store-dir", s.dir, "--listen", addrs[0], "--http", addrs[1], "--log-format", "json")
 	wantOneLineError(t, r, 1, "store dir is in use", s.dir, "--store-dir")
+	// The same command twice: the store is named, not --http, which the
+	// first one holds too and which a second serve binds first.
+	r = jobq(t, "serve", "--store-dir", s.dir, "--listen", strings.TrimPrefix(s.url, "nats://"),
+		"--http", strings.TrimPrefix(s.httpURL, "http://"), "--log-format", "json")
+	wantOneLineError(t, r, 1, "store dir is in use", s.dir, "--store-dir")
 
 	// The first one keeps serving.
 	s.enqueue(t, "job.still", "here", "still-1")

@@ -41,3 +41,27 @@ func unlockDir(f *os.File) {
 	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	f.Close()
 }
+
+// StoreFree returns ErrStoreLocked, as Start would, if another process
+// holds storeDir: so a second jobq on one store says so before anything
+// else it binds (its --http address, say, the same as the first one's)
+// fails first. Anything else is left for Start to report.
+func StoreFree(storeDir string) error {
+	dir, err := filepath.Abs(storeDir)
+	if err != nil {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR, 0)
+	if err != nil {
+		return nil // no lock file: nobody holds it
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("%w: %s; stop it or pass another --store-dir", ErrStoreLocked, dir)
+		}
+		return nil
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // ErrStoreLocked is returned by Start when another process holds StoreDir.
@@ -114,6 +116,13 @@ func (c Config) Validate() error {
 	if methods > 1 {
 		return errors.New("--token, --user with --password, and --nkey are alternatives: pass one")
 	}
+	for flag, secret := range map[string]string{"--password": c.Password, "--token": c.Token} {
+		if bcryptHash.MatchString(secret) {
+			// The server would compare what clients present against it
+			// hashed, and jobq's own clients have only the hash to present.
+			return fmt.Errorf("%s looks like a bcrypt hash: pass the secret itself", flag)
+		}
+	}
 	if c.NKey != "" && !nkeys.IsValidPublicUserKey(c.NKey) {
 		return fmt.Errorf("--nkey %q is not a user public key: pass one starting with U, as `nk -gen user -pubout` prints", c.NKey)
 	}
@@ -143,8 +152,33 @@ func (c Config) Validate() error {
 		if !isLoopback(host) && c.Token == "" && c.User == "" && !c.Insecure {
 			return fmt.Errorf("%w: --http %s is not loopback; pass --token, or --user and --password (an --nkey does not reach HTTP), or --insecure to accept anyone", ErrInsecureListen, c.HTTP)
 		}
+		if sameAddress(c.Listen, c.HTTP) {
+			return fmt.Errorf("--listen %s and --http %s are the same address: pass two different ones", c.Listen, c.HTTP)
+		}
 	}
 	return nil
+}
+
+// bcryptHash matches what the server takes for a bcrypt hash of a secret.
+var bcryptHash = regexp.MustCompile(`^\$2[abxy]?\$\d\d\$`)
+
+// sameAddress reports whether listen and http name one port that both
+// would listen on: the same fixed port, on the same host or on all of
+// them.
+func sameAddress(listen, http string) bool {
+	if listen == "" {
+		return false
+	}
+	lh, lp, err := splitListen(listen)
+	if err != nil || lp <= 0 {
+		return false
+	}
+	hh, hp, err := net.SplitHostPort(http)
+	if err != nil || hp != strconv.Itoa(lp) {
+		return false
+	}
+	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return lh == hh || any(lh) || any(hh)
 }
 
 // MinSyncInterval is the shortest interval between the store's syncs to
@@ -157,6 +191,7 @@ func (c Config) hasAuth() bool { return c.Token != "" || c.User != "" || c.NKey 
 // Server is a running embedded NATS server with JetStream.
 type Server struct {
 	ns      *natsserver.Server
+	dir     string // the store dir, absolute
 	lock    *os.File
 	cfg     Config
 	log     zerolog.Logger
@@ -216,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		unlockDir(lock)
 		return nil, fmt.Errorf("jetstream did not start in %s; check the log above and the store dir's permissions", dir)
 	}
-	return &Server{ns: ns, lock: lock, cfg: cfg, log: log, adapter: adapter}, nil
+	return &Server{ns: ns, dir: dir, lock: lock, cfg: cfg, log: log, adapter: adapter}, nil
 }
 
 // checkWritable fails early, with a clear message, on a store dir jobq
@@ -272,7 +307,14 @@ func (c Config) options(dir string) (*natsserver.Options, error) {
 		// Nkey users sign with a seed the server never sees, so jobq's own
 		// in-process clients get a password user of their own alongside.
 		opts.Nkeys = []*natsserver.NkeyUser{{Nkey: c.NKey}}
-		opts.Users = []*natsserver.User{{Username: internalUser, Password: c.internalPassword}}
+		// The server keeps its hash, as it would a user's: a password in
+		// plain text makes it warn at every start to use nkeys or bcrypt,
+		// which the user does.
+		hash, err := bcrypt.GenerateFromPassword([]byte(c.internalPassword), bcrypt.MinCost)
+		if err != nil {
+			return nil, fmt.Errorf("hash the internal password: %w", err)
+		}
+		opts.Users = []*natsserver.User{{Username: internalUser, Password: string(hash)}}
 	}
 	if c.Listen != "" {
 		host, port, err := splitListen(c.Listen)
@@ -354,8 +396,9 @@ func (s *Server) StoreErr() error {
 	return nil
 }
 
-// StoreDir returns the absolute store directory.
-func (s *Server) StoreDir() string { return s.ns.JetStreamConfig().StoreDir }
+// StoreDir returns the absolute store directory, as given (the server keeps
+// its files in a jetstream directory in it).
+func (s *Server) StoreDir() string { return s.dir }
 
 // MonitorHandlers returns nats-server's monitoring endpoints by path, to be
 // served on jobq's own HTTP address: /varz (server information and

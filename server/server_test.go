@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/jobq/jobq/server"
@@ -58,6 +60,15 @@ func TestConfigValidate(t *testing.T) {
 		{name: "token and user", cfg: server.Config{StoreDir: "x", Token: "t", User: "u", Password: "p"}, wantErr: "pass one"},
 		{name: "bad nkey", cfg: server.Config{StoreDir: "x", NKey: "notakey"}, wantErr: "not a user public key"},
 		{name: "negative max store", cfg: server.Config{StoreDir: "x", MaxStore: -1}, wantErr: "want 0"},
+		// The server would take these for bcrypt hashes, which jobq's own
+		// clients, given only the hash, could not present: serve hung and
+		// failed with "read/write on closed pipe".
+		{name: "bcrypt password", cfg: server.Config{StoreDir: "x", User: "app", Password: "$2a$11$W2zko751KUvVy59mUTWmpOdWjpEm5qhcCZRd05GjI/sSOT.xtiHyO"}, wantErr: "--password looks like a bcrypt hash"},
+		{name: "bcrypt token", cfg: server.Config{StoreDir: "x", Token: "$2y$10$abcdefghijk"}, wantErr: "--token looks like a bcrypt hash"},
+		{name: "listen is http", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:18230", HTTP: "127.0.0.1:18230"}, wantErr: "are the same address"},
+		{name: "listen on all, http on one", cfg: server.Config{StoreDir: "x", Listen: "0.0.0.0:18230", HTTP: "127.0.0.1:18230", Token: "t"}, wantErr: "are the same address"},
+		{name: "listen and http on other ports", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:18230", HTTP: "127.0.0.1:18231"}},
+		{name: "listen and http on random ports", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +100,44 @@ func TestSecondServerOnSameStoreIsRefused(t *testing.T) {
 	}
 	if err := nc.Flush(); err != nil {
 		t.Errorf("first server: %v", err)
+	}
+}
+
+// StoreFree says, before anything else binds, that another jobq holds the
+// store dir, as Start would; a free one, or one not made yet, is free.
+func TestStoreFree(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := server.StoreFree(filepath.Join(dir, "not-yet")); err != nil {
+		t.Errorf("StoreFree of a dir not made yet: %v, want nil", err)
+	}
+	srv := servertest.StartConfig(t, server.Config{StoreDir: dir, Logger: servertest.Logger(t)})
+	if err := server.StoreFree(dir); !errors.Is(err, server.ErrStoreLocked) || !strings.Contains(err.Error(), "--store-dir") {
+		t.Errorf("StoreFree of a held store: %v, want ErrStoreLocked saying what to do", err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.StoreFree(dir); err != nil {
+		t.Errorf("StoreFree once the server stopped: %v, want nil", err)
+	}
+	// StoreFree took no lock of its own.
+	servertest.StartConfig(t, server.Config{StoreDir: dir, Logger: servertest.Logger(t)})
+}
+
+// StoreDir is the store dir as given, which a user may copy from the log
+// into --store-dir; the server's own jetstream directory in it was logged,
+// and a jobq started on it found an empty store.
+func TestStoreDirIsTheGivenDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := servertest.StartConfig(t, server.Config{StoreDir: dir, Logger: servertest.Logger(t)})
+	want, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.StoreDir(); got != want {
+		t.Errorf("StoreDir = %q, want %q", got, want)
 	}
 }
 
@@ -199,5 +248,38 @@ func TestTLSRoundTrip(t *testing.T) {
 	nc.Publish("ping", []byte("pong"))
 	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "pong" {
 		t.Errorf("round trip: got %v, %v; want pong", m, err)
+	}
+}
+
+// syncBuf is a log sink the server's goroutines write to.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// With --nkey the user sets no password, so the server's advice to use
+// nkeys or bcrypt instead of plain-text passwords, which jobq's internal
+// user drew at every start, is not given.
+func TestNKeyStartGivesNoPlaintextPasswordWarning(t *testing.T) {
+	t.Parallel()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	var out syncBuf
+	srv := servertest.StartConfig(t, server.Config{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", NKey: pub, Logger: zerolog.New(&out).Level(zerolog.WarnLevel)})
+	servertest.Connect(t, srv).Flush() // jobq's own connection still works
+	if strings.Contains(out.String(), "Plaintext passwords") {
+		t.Errorf("start with --nkey logged: %s", strings.TrimSpace(out.String()))
 	}
 }
