@@ -361,3 +361,25 @@ func TestJobReportsAnUnreadableLease(t *testing.T) {
 		t.Errorf("jobq job with an unreadable lease in the ledger: got %s; want the lease's error", r)
 	}
 }
+
+// A deleted DLQ holds no dead letters, and the client commands go on
+// without it: they all failed at their look-up of DLQ ("is jobq serve
+// running?") until a pool made it again, which takes a failed job, which
+// no job enqueued by jobq could be meanwhile.
+func TestClientCommandsWhileDLQIsDeleted(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{args: []string{"--handler", "job.>=log"}})
+	if err := s.jetStream(t).DeleteStream(context.Background(), "DLQ"); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.jobq(t, "enqueue", "job.x", "hi", "--id", "after-dlq-rm"); r.code != 0 {
+		t.Errorf("enqueue with DLQ deleted: %s; want the job stored (exit 0)", r)
+	}
+	for _, args := range [][]string{{"dlq", "list"}, {"status"}, {"dlq", "purge"}, {"dlq", "retry", "--all"}} {
+		if r := s.jobq(t, args...); r.code != 0 {
+			t.Errorf("jobq %s with DLQ deleted: %s; want exit 0", strings.Join(args, " "), r)
+		}
+	}
+	r := s.jobq(t, "dlq", "retry", "1")
+	wantOneLineError(t, r, 1, "no such dead letter", "DLQ was deleted")
+}

@@ -1905,8 +1905,8 @@ func dlqList(c *cli.Context) error {
 		return err
 	}
 	if limit := c.Int("limit"); limit > 0 && len(list) == limit {
-		if info, err := obj.Dead.Info(c.Context); err == nil && info.State.Msgs > uint64(limit) {
-			fmt.Fprintf(c.App.Writer, "… and %d more (--limit 0 shows all)\n", info.State.Msgs-uint64(limit))
+		if n, err := queue.DeadLetterCount(c.Context, obj); err == nil && n > uint64(limit) {
+			fmt.Fprintf(c.App.Writer, "… and %d more (--limit 0 shows all)\n", n-uint64(limit))
 		}
 	}
 	return nil
@@ -2019,9 +2019,9 @@ func dlqRetry(c *cli.Context) error {
 	if c.Bool("all") {
 		// One dead letter read at a time: a DLQ of large payloads is never
 		// in memory whole.
-		info, err := obj.Dead.Info(c.Context)
+		total, err := queue.DeadLetterCount(c.Context, obj)
 		if err != nil {
-			return fmt.Errorf("read %s: %w", queue.StreamDLQ, err)
+			return err
 		}
 		var failed *queue.DeadLetter
 		err = queue.EachDeadLetter(c.Context, obj, func(d queue.DeadLetter) error {
@@ -2038,10 +2038,10 @@ func dlqRetry(c *cli.Context) error {
 			if c.Bool("json") {
 				printJSON(c.App.Writer, results) // what was re-enqueued
 			}
-			return fmt.Errorf("retried %d of %d dead letters; then %w", len(results), info.State.Msgs, err)
+			return fmt.Errorf("retried %d of %d dead letters; then %w", len(results), total, err)
 		}
 		if err != nil {
-			return fmt.Errorf("retried %d of %d dead letters; %s (dlq seq %d): %w", len(results), info.State.Msgs, failed.ID, failed.Seq, err)
+			return fmt.Errorf("retried %d of %d dead letters; %s (dlq seq %d): %w", len(results), total, failed.ID, failed.Seq, err)
 		}
 	} else {
 		d, err := findDeadLetter(c, obj)

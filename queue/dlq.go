@@ -215,9 +215,9 @@ var errEnough = errors.New("enough")
 // of the list, such as the dashboard's, which a DLQ of large payloads would
 // otherwise slow down with every load.
 func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]DeadLetter, error) {
-	info, err := obj.Dead.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	dead, info, err := deadLetterInfo(ctx, obj)
+	if err != nil || info == nil {
+		return nil, err
 	}
 	n := int(min(info.State.Msgs, math.MaxInt32))
 	if limit > 0 {
@@ -229,7 +229,7 @@ func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]De
 	// A plain ephemeral consumer, removed once read: an ordered consumer
 	// creates two per read, keeps one for its InactiveThreshold and retries
 	// its second creation without end, outside ctx.
-	c, err := obj.Dead.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	c, err := dead.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     SubjectDLQPrefix + ">",
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -244,7 +244,7 @@ func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]De
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		obj.Dead.DeleteConsumer(dctx, c.CachedInfo().Name)
+		dead.DeleteConsumer(dctx, c.CachedInfo().Name)
 	}()
 	batch, err := c.FetchNoWait(n)
 	if err != nil {
@@ -272,13 +272,13 @@ func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]De
 // letter stored meanwhile, say by a retried job that failed again, is left
 // for the next call.
 func EachDeadLetter(ctx context.Context, obj *Objects, f func(DeadLetter) error) error {
-	info, err := obj.Dead.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", StreamDLQ, err)
+	dead, info, err := deadLetterInfo(ctx, obj)
+	if err != nil || info == nil {
+		return err
 	}
 	last := info.State.LastSeq
 	for seq := uint64(1); seq <= last; {
-		m, err := obj.Dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectDLQPrefix+">"))
+		m, err := dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectDLQPrefix+">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
@@ -303,6 +303,9 @@ var ErrNoDeadLetter = errors.New("no such dead letter")
 // A number is taken for a DLQ sequence, unless no dead letter has it;
 // DeadLetterOf takes a job ID alone, also one that is a number.
 func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, error) {
+	if _, err := deadStream(ctx, obj); errors.Is(err, errDLQGone) {
+		return DeadLetter{}, fmt.Errorf("%w: %q (%w)", ErrNoDeadLetter, ref, err)
+	}
 	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil && seq > 0 { // 0 is no sequence, but may be an ID
 		d, err := DeadLetterAt(ctx, obj, seq)
 		if !errors.Is(err, ErrNoDeadLetter) {
@@ -314,7 +317,14 @@ func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, 
 
 // DeadLetterAt returns the dead letter at DLQ sequence seq.
 func DeadLetterAt(ctx context.Context, obj *Objects, seq uint64) (DeadLetter, error) {
-	m, err := obj.Dead.GetMsg(ctx, seq)
+	dead, err := deadStream(ctx, obj)
+	if errors.Is(err, errDLQGone) {
+		return DeadLetter{}, fmt.Errorf("%w: DLQ seq %d (%w)", ErrNoDeadLetter, seq, err)
+	}
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	m, err := dead.GetMsg(ctx, seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return DeadLetter{}, fmt.Errorf("%w: DLQ seq %d (see jobq dlq list)", ErrNoDeadLetter, seq)
@@ -402,7 +412,11 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 		return nil, fmt.Errorf("re-enqueue dead letter %d: stored in stream %s, not %s", d.Seq, ack.Stream, StreamJob)
 	}
 	r := &Redrive{PubAck: ack, ID: id}
-	if err := deleteMsg(ctx, obj.Dead, d.Seq); err != nil {
+	dead, err := deadStream(ctx, obj)
+	if err == nil {
+		err = deleteMsg(ctx, dead, d.Seq)
+	}
+	if err != nil {
 		return r, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
 	}
 	return r, nil
@@ -479,12 +493,63 @@ func retryID(d DeadLetter) string {
 
 // PurgeDeadLetters deletes every dead letter and returns how many there were.
 func PurgeDeadLetters(ctx context.Context, obj *Objects) (uint64, error) {
-	info, err := obj.Dead.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	dead, info, err := deadLetterInfo(ctx, obj)
+	if err != nil || info == nil {
+		return 0, err
 	}
-	if err := obj.Dead.Purge(ctx); err != nil {
+	if err := dead.Purge(ctx); err != nil {
 		return 0, fmt.Errorf("purge %s: %w", StreamDLQ, err)
+	}
+	return info.State.Msgs, nil
+}
+
+// errDLQGone: DLQ was deleted, and holds no dead letters until a pool makes
+// it again.
+var errDLQGone = errors.New("stream " + StreamDLQ + " was deleted: it holds no dead letters until jobq serve makes it again, with the next dead letter or at its next start")
+
+// deadStream is obj's DLQ: Dead, or, if Open found DLQ deleted, DLQ looked
+// up again, since a pool may have made it anew; errDLQGone while it is
+// still gone.
+func deadStream(ctx context.Context, obj *Objects) (jetstream.Stream, error) {
+	if obj.Dead != nil {
+		return obj.Dead, nil
+	}
+	s, err := obj.JS.Stream(ctx, StreamDLQ)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, errDLQGone
+	case err != nil:
+		return nil, fmt.Errorf("look up stream %s: %w", StreamDLQ, err)
+	}
+	return s, nil
+}
+
+// deadLetterInfo reads DLQ's info; both nil, and no error, if DLQ was
+// deleted: it holds no dead letters.
+func deadLetterInfo(ctx context.Context, obj *Objects) (jetstream.Stream, *jetstream.StreamInfo, error) {
+	dead, err := deadStream(ctx, obj)
+	if errors.Is(err, errDLQGone) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := dead.Info(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
+	}
+	return dead, info, nil
+}
+
+// DeadLetterCount returns how many dead letters DLQ holds: none if it was
+// deleted.
+func DeadLetterCount(ctx context.Context, obj *Objects) (uint64, error) {
+	_, info, err := deadLetterInfo(ctx, obj)
+	if err != nil || info == nil {
+		return 0, err
 	}
 	return info.State.Msgs, nil
 }

@@ -22,6 +22,8 @@ type Objects struct {
 	JS     jetstream.JetStream
 	Jobs   jetstream.Stream
 	Worker jetstream.Consumer
+	// Dead is DLQ; nil in Open's objects if DLQ was deleted then (a pool
+	// makes it again with the next dead letter; see deadStream).
 	Dead   jetstream.Stream
 	Ledger jetstream.KeyValue
 	Config Config

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -65,7 +66,10 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Objects, error) {
 	if o.Worker, err = js.Consumer(ctx, StreamJob, ConsumerWorker); err != nil {
 		return nil, fmt.Errorf("look up consumer %s: %w", ConsumerWorker, err)
 	}
-	if o.Dead, err = js.Stream(ctx, StreamDLQ); err != nil {
+	// A deleted DLQ holds no dead letters: the client commands go on
+	// without it (see deadStream), enqueue among them, rather than fail
+	// until a pool makes it again.
+	if o.Dead, err = js.Stream(ctx, StreamDLQ); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("look up stream %s: %w", StreamDLQ, err)
 	}
 	if o.Ledger, err = js.KeyValue(ctx, BucketProcessed); err != nil {
@@ -91,11 +95,14 @@ func ReadStatus(ctx context.Context, o *Objects) (Status, error) {
 	}
 	st.Stream = streamStatus(si)
 	st.Stream.DedupeWindow = si.Config.Duplicates.String()
-	di, err := o.Dead.Info(ctx)
+	_, di, err := deadLetterInfo(ctx, o)
 	if err != nil {
 		return st, fmt.Errorf("read stream %s: %w", StreamDLQ, err)
 	}
-	st.DLQ = streamStatus(di)
+	st.DLQ = StreamStatus{Name: StreamDLQ}
+	if di != nil {
+		st.DLQ = streamStatus(di)
+	}
 	ci, err := o.Worker.Info(ctx)
 	if err != nil {
 		return st, fmt.Errorf("read consumer %s: %w", ConsumerWorker, err)
