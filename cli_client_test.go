@@ -383,3 +383,20 @@ func TestClientCommandsWhileDLQIsDeleted(t *testing.T) {
 	r := s.jobq(t, "dlq", "retry", "1")
 	wantOneLineError(t, r, 1, "no such dead letter", "DLQ was deleted")
 }
+
+// --max-store gives JOB three quarters and DLQ an eighth: the rest is the
+// ledger's, which dead letters nobody cleared could otherwise take.
+func TestServeMaxStoreSplitsTheStore(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{args: []string{"--max-store", "8388608"}})
+	js := s.jetStream(t)
+	for name, want := range map[string]int64{"JOB": 6 << 20, "DLQ": 1 << 20} {
+		st, err := js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.MaxBytes; got != want {
+			t.Errorf("stream %s: max bytes %d, want %d", name, got, want)
+		}
+	}
+}

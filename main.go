@@ -546,7 +546,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "tls-cert", Usage: "TLS certificate file for the client port"},
 		&cli.StringFlag{Name: "tls-key", Usage: "TLS key file for the client port"},
 		&cli.StringFlag{Name: "sync", Value: "1s", Usage: "how often the store is fsynced: an interval, or always"},
-		&cli.Int64Flag{Name: "max-store", Usage: "cap on stored bytes; JOB gets 3/4 of it (0: the server's default, 75% of the disk)"},
+		&cli.Int64Flag{Name: "max-store", Usage: "cap on stored bytes; JOB gets 3/4 of it, DLQ 1/8 (0: the server's default, 75% of the disk)"},
 		&cli.Int64Flag{Name: "max-memory", Usage: "cap on memory storage bytes (0: the server's default)"},
 	}
 	return &cli.Command{
@@ -609,8 +609,10 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	}
 	if ms := c.Int64("max-store"); ms > 0 {
 		// JOB gets three quarters: a full JOB refuses new jobs while the
-		// ledger and DLQ keep room to finish the stored ones.
-		qc.MaxBytes = ms * 3 / 4
+		// ledger and DLQ keep room to finish the stored ones. DLQ gets an
+		// eighth: dead letters nobody clears would otherwise fill the
+		// ledger's room, and no job could be recorded.
+		qc.MaxBytes, qc.DeadMaxBytes = ms*3/4, ms/8
 	}
 	if err := qc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}

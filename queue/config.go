@@ -52,6 +52,11 @@ type Config struct {
 	// limit so the ledger and DLQ keep room to finish the stored jobs.
 	// 0 means no cap of its own.
 	MaxBytes int64
+	// DeadMaxBytes caps the bytes DLQ stores; a full DLQ refuses dead
+	// letters, whose jobs stay in JOB until there is room (jobq dlq retry
+	// or purge), rather than take the ledger's room: without records no
+	// job could finish. 0 means no cap of its own.
+	DeadMaxBytes int64
 	// Replicas is how many copies of JOB, DLQ and processed a cluster
 	// keeps, when Provision creates them: 1 (the default), or up to 5 on a
 	// cluster of as many nodes. A replicated processed bucket answers reads
@@ -167,6 +172,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("job timeout %s is negative", c.JobTimeout)
 	case c.MaxBytes < 0:
 		return fmt.Errorf("max bytes %d is negative", c.MaxBytes)
+	case c.DeadMaxBytes < 0:
+		return fmt.Errorf("dead letter max bytes %d is negative", c.DeadMaxBytes)
 	case c.MaxPayload < 0:
 		return fmt.Errorf("max payload %d is negative", c.MaxPayload)
 	case c.Replicas < 1 || c.Replicas > MaxReplicas:

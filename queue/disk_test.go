@@ -11,8 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
 	"github.com/jobq/jobq/server"
 	"github.com/jobq/jobq/server/servertest"
@@ -115,5 +117,52 @@ func setLedgerFull(t *testing.T, b *testBundle, full bool) {
 		if full {
 			cfg.MaxMsgs = int64(st.Msgs)
 		}
+	})
+}
+
+// With --max-store, DLQ has a cap of its own (an eighth): dead letters
+// nobody cleared filled the room kept for the ledger, after which no job
+// could be recorded, the good ones neither. A dead letter over the cap is
+// refused, its job stays in JOB, and the log says what to do; once there
+// is room again, the sweep moves it. No job is lost.
+func TestFullDLQKeepsItsJobsInJOB(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const capBytes = 200 << 10
+	b := setup(t, queue.Config{DeadMaxBytes: capBytes, MaxDeliver: 1, AckWait: time.Second})
+	logs := &logBuffer{}
+	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		if job.Subject == "job.bad" {
+			return handlers.Permanent(errors.New("broken"))
+		}
+		return nil
+	}), zerolog.New(logs))
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopPool(t, p) })
+	payload := strings.Repeat("x", 60<<10)
+	for i := range 6 {
+		b.enqueue(t, "job.bad", fmt.Sprintf("bad-%d", i), payload)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		st := b.status(t)
+		if st.DLQ.Messages != 3 || st.Stream.Messages != 3 || !strings.Contains(logs.String(), "jobq dlq purge") {
+			return fmt.Errorf("JOB holds %d jobs, DLQ %d (%d bytes); want 3 each, and the full DLQ's way out logged; logs:\n%s", st.Stream.Messages, st.DLQ.Messages, st.DLQ.Bytes, logs)
+		}
+		return nil
+	})
+	// The ledger still takes records: a good job runs and is done.
+	b.enqueue(t, "job.good", "good", "ok")
+	b.waitState(t, "good", data.StateDone)
+	// Room again: the jobs left in JOB are dead-lettered, none lost.
+	if _, err := queue.PurgeDeadLetters(ctx, b.obj); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if st := b.status(t); st.DLQ.Messages != 3 || st.Stream.Messages != 0 {
+			return fmt.Errorf("after the purge: JOB holds %d jobs, DLQ %d; want 0 and 3", st.Stream.Messages, st.DLQ.Messages)
+		}
+		return nil
 	})
 }

@@ -117,6 +117,9 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, job *data.Job, h na
 		}
 	}
 	ack, err := js.PublishMsg(ctx, m)
+	if isFull(err) {
+		return fmt.Errorf("publish to %s: %w; the job stays in %s until there is room: re-drive dead letters (jobq dlq retry) or clear them (jobq dlq purge), or raise --max-store", StreamDLQ, err, StreamJob)
+	}
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", StreamDLQ, err)
 	}

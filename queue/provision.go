@@ -97,7 +97,7 @@ func deadStreamConfig(cfg Config) jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  DefaultDedupeWindow,
-		MaxBytes:    -1,
+		MaxBytes:    cmp.Or(cfg.DeadMaxBytes, -1),
 		// -1, not 0: an operator's cap is put back (see ensureStream), or
 		// every dead letter over it is refused and its job never leaves JOB.
 		MaxMsgSize: -1,

@@ -79,6 +79,9 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Objects, error) {
 	// The replicas of JOB, for DLQ if a pool makes it again (see
 	// makeDLQAnew): Provision gives them all the same.
 	o.Config = Config{MaxDeliver: ci.MaxDeliver, AckWait: ci.AckWait, Replicas: o.Jobs.CachedInfo().Config.Replicas}
+	if o.Dead != nil {
+		o.Config.DeadMaxBytes = max(o.Dead.CachedInfo().Config.MaxBytes, 0)
+	}
 	if st, err := o.Ledger.Status(ctx); err == nil {
 		o.Config.ProcessedTTL = st.TTL()
 	}
