@@ -160,8 +160,12 @@ func adoptRenewal(c *Claim, entry jetstream.KeyValueEntry) bool {
 }
 
 // renewalOf reports whether rec is claim's record renewed: the same but for
-// when it ends.
+// when it ends. claim is compared as it reads back once stored: bytes that
+// are not UTF-8, as in an ID of any bytes, read back as U+FFFD.
 func renewalOf(rec, claim Record) bool {
+	if stored, err := decodeRecord(claim.encode()); err == nil {
+		claim = stored
+	}
 	rec.LeaseUntil = claim.LeaseUntil
 	return rec.State == StateRunning && bytes.Equal(rec.encode(), claim.encode())
 }

@@ -3,6 +3,7 @@ package data
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,24 +54,54 @@ func TestAgainTakesItsOwnLandedWrite(t *testing.T) {
 	}
 }
 
-// A claim renewal whose answer was lost may have landed: the next renewal
-// writes over it, rather than take it for another holder's claim.
+// A claim renewal whose answer was lost may have landed: the next renewal,
+// or the done record, writes over it, rather than take it for another
+// holder's claim. Also for an ID that is not UTF-8, which reads back with
+// U+FFFD in place of its bytes: its record, so read, was once taken for
+// another's, and the job cancelled, or run again after it succeeded.
 func TestRenewWritesOverItsOwnLandedRenewal(t *testing.T) {
 	t.Parallel()
+	for _, id := range []string{"J", "caf\xe9"} {
+		t.Run(strconv.Quote(id), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			kv := bucket(t)
+			l := NewLedger(kv, time.Minute, nil)
+			c, err := l.Claim(ctx, &Job{ID: id, Subject: "job.x", Seq: 1, Attempt: 1}, "w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			land := func() {
+				t.Helper()
+				landed := c.Record
+				landed.LeaseUntil = landed.LeaseUntil.Add(time.Second)
+				if _, err := kv.Update(ctx, c.Key, landed.encode(), c.Revision); err != nil {
+					t.Fatal(err)
+				}
+			}
+			land()
+			if err := l.Renew(ctx, &c); err != nil {
+				t.Fatalf("Renew after its own renewal landed unanswered: %v, want it written over", err)
+			}
+			land()
+			if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+				t.Fatalf("Done after its own renewal landed unanswered: %v, want it written over", err)
+			}
+			c, err = l.Claim(ctx, &Job{ID: id, Subject: "job.x", Seq: 2, Attempt: 1}, "w")
+			if !errors.Is(err, ErrAlreadyDone) {
+				t.Fatalf("claim after done: %v, want ErrAlreadyDone", err)
+			}
+			if _, err := l.Get(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 	ctx := context.Background()
 	kv := bucket(t)
 	l := NewLedger(kv, time.Minute, nil)
 	c, err := l.Claim(ctx, &Job{ID: "J", Subject: "job.x", Seq: 1, Attempt: 1}, "w")
 	if err != nil {
 		t.Fatal(err)
-	}
-	landed := c.Record
-	landed.LeaseUntil = landed.LeaseUntil.Add(time.Second)
-	if _, err := kv.Update(ctx, c.Key, landed.encode(), c.Revision); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Renew(ctx, &c); err != nil {
-		t.Fatalf("Renew after its own renewal landed unanswered: %v, want it written over", err)
 	}
 	other := c.Record
 	other.Worker = "other"
