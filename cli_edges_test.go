@@ -164,3 +164,16 @@ func TestServeWithAnUnreachableServerSaysSo(t *testing.T) {
 		t.Errorf("serve: %q advises starting a server with jobq serve", r.stderr)
 	}
 }
+
+// --listen is the embedded server's: with --server it is not used, so it
+// may be --http's address (its default, 127.0.0.1:4222, was refused as
+// the same as --http 127.0.0.1:4222).
+func TestServeWithServerTakesAnyListen(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	r := runCmd(t, cmdInput{timeout: 30 * time.Second}, jobqBin, "serve", "--server", "nats://"+freeAddr(t), "--store-dir", filepath.Join(t.TempDir(), "store"),
+		"--listen", addr, "--http", addr)
+	if r.code == 2 || strings.Contains(r.stderr, "same address") {
+		t.Errorf("serve --server with --listen %s --http %s: %s; want it past its flags, to fail reaching the server", addr, addr, r)
+	}
+}

@@ -617,9 +617,13 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	if err := qc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}
 	}
+	listen := c.String("listen")
+	if c.String("server") != "" {
+		listen = "" // no embedded server listens
+	}
 	sc := server.Config{
 		StoreDir:   c.String("store-dir"),
-		Listen:     c.String("listen"),
+		Listen:     listen,
 		Token:      c.String("token"),
 		User:       c.String("user"),
 		Password:   c.String("password"),
