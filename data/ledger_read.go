@@ -67,6 +67,10 @@ func (l *Ledger) Settled(ctx context.Context, ls *Lease) (bool, error) {
 // answers in one (maxReadResults).
 var errTooManyResults = errors.New("server says 413 Too Many Results")
 
+// errRequestTooLarge: a batched read's request is over the server's max
+// payload, as for many long job IDs on a server with a small one.
+var errRequestTooLarge = errors.New("request over the server's max payload")
+
 func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapshot, error) {
 	s := &Snapshot{Found: make([]bool, len(keys))}
 	subjects, index := l.keySubjects(keys)
@@ -80,9 +84,10 @@ func (l *Ledger) check(ctx context.Context, keys []string, mine string) (*Snapsh
 		}
 		return nil
 	})
-	if errors.Is(err, errTooManyResults) {
-		// Many leases, of pools that ran here and of pools still running:
-		// read them apart from the records.
+	if errors.Is(err, errTooManyResults) || errors.Is(err, errRequestTooLarge) {
+		// Many leases, of pools that ran here and of pools still running,
+		// or keys too long to ask for in one request: read the leases
+		// apart from the records, which readRecords asks for in parts.
 		return l.checkApart(ctx, keys, mine)
 	}
 	if err != nil {
@@ -125,15 +130,24 @@ func (l *Ledger) checkApart(ctx context.Context, keys []string, mine string) (*S
 }
 
 // readRecords calls found with the index in keys of each key that has a
-// record, and the record.
+// record, and the record. Keys too long to ask for in one request are
+// asked for in halves.
 func (l *Ledger) readRecords(ctx context.Context, keys []string, found func(i int, seq string, msg *nats.Msg)) error {
 	subjects, index := l.keySubjects(keys)
-	return l.multiLast(ctx, subjects, func(subj, seq string, msg *nats.Msg) error {
+	err := l.multiLast(ctx, subjects, func(subj, seq string, msg *nats.Msg) error {
 		for _, i := range index[subj] {
 			found(i, seq, msg)
 		}
 		return nil
 	})
+	if !errors.Is(err, errRequestTooLarge) || len(keys) < 2 {
+		return err
+	}
+	half := len(keys) / 2
+	if err := l.readRecords(ctx, keys[:half], found); err != nil {
+		return err
+	}
+	return l.readRecords(ctx, keys[half:], func(i int, seq string, msg *nats.Msg) { found(half+i, seq, msg) })
 }
 
 // keySubjects returns keys' subjects, and where each subject is in keys.
@@ -160,6 +174,9 @@ func (l *Ledger) multiLast(ctx context.Context, subjects []string, each func(sub
 	}{subjects})
 	if err != nil {
 		return err
+	}
+	if max := l.js.Conn().MaxPayload(); int64(len(body)) > max {
+		return fmt.Errorf("read records: %d bytes, the server takes %d: %w", len(body), max, errRequestTooLarge)
 	}
 
 	// The wait for the read before ends with ctx: a caller bounded by a

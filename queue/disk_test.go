@@ -166,3 +166,27 @@ func TestFullDLQKeepsItsJobsInJOB(t *testing.T) {
 		return nil
 	})
 }
+
+// On a server that takes small messages (jobq serve --max-payload 1024:
+// 65 KiB), the pool's lease stays under half of that: it was bounded at
+// 256 KiB, as if every server took 1 MiB, and with long job IDs every
+// lease write was refused and no job ran.
+func TestLeaseFitsASmallMaxPayload(t *testing.T) {
+	t.Parallel()
+	srv := servertest.StartConfig(t, server.Config{MaxPayload: 1024 + 64<<10, Logger: servertest.Logger(t)})
+	b := setupOn(t, srv, queue.Config{MaxPayload: 1024})
+	c := newCounter()
+	var ids []string
+	for i := range 600 {
+		id := fmt.Sprintf("order %03d ", i) + strings.Repeat("x", 290) // not plain: a longer key
+		ids = append(ids, id)
+		b.enqueue(t, "job.x", id, "p")
+	}
+	b.startPool(t, c.wrap(ok))
+	b.waitDrained(t)
+	for _, id := range ids {
+		if got := c.get(id); got != 1 {
+			t.Errorf("job %.12q… ran %d times, want 1", id, got)
+		}
+	}
+}

@@ -37,6 +37,7 @@ type lease struct {
 	gen     uint64
 	dropped map[string]uint64
 	toks    uint64 // the last leased.tok given
+	max     int    // the most bytes jobs take in the record (see fit)
 }
 
 // leased is one job in the pool's lease.
@@ -60,7 +61,7 @@ type leased struct {
 }
 
 func newLease() *lease {
-	return &lease{owner: nuid.Next(), jobs: map[string]*leased{}, dropped: map[string]uint64{}}
+	return &lease{owner: nuid.Next(), jobs: map[string]*leased{}, dropped: map[string]uint64{}, max: maxLeaseBytes}
 }
 
 // admitBatch decides how each job fetched together runs (see data's Leases
@@ -308,11 +309,18 @@ func (l *lease) find(key string) (leased, bool, time.Time) {
 	return leased{}, false, l.until
 }
 
-// maxLeaseBytes bounds a lease record, well under the server's smallest
+// maxLeaseBytes bounds a lease record, well under nats-server's default
 // max payload (1 MiB): with a large --prefetch and long job IDs, the jobs
 // that do not fit wait for room (see admitAll), rather than fail every
-// write.
+// write. A server that takes less (jobq serve --max-payload) bounds it to
+// half its max payload (see leaseBytes).
 const maxLeaseBytes = 256 << 10
+
+// leaseBytes is the most bytes a lease record's jobs take on a server
+// whose max payload is maxPayload.
+func leaseBytes(maxPayload int64) int {
+	return int(min(maxLeaseBytes, maxPayload/2))
+}
 
 // leasedJobBytes is about what one job adds to the lease record, besides
 // its key.
@@ -325,7 +333,7 @@ func (l *lease) fit(batch []*inflight) (fits, rest []*inflight) {
 	size := l.size
 	l.mu.Unlock()
 	for i, it := range batch {
-		if size += len(data.Key(it.job.ID)) + leasedJobBytes; size > maxLeaseBytes {
+		if size += len(data.Key(it.job.ID)) + leasedJobBytes; size > l.max {
 			return batch[:i], batch[i:]
 		}
 	}

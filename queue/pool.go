@@ -226,6 +226,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		p.keepPullLimits(info.Config)
 	}
 	p.ledger.SetJobStreamCreated(jobStreamCreated(obj.JS))
+	p.lease.max = leaseBytes(obj.JS.Conn().MaxPayload())
 	return p
 }
 
