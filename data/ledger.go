@@ -186,11 +186,21 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 
 // DeadLettered reports whether r, a record of job's ID that is not an
 // earlier JOB's (see Earlier), says that this very copy of job was
-// dead-lettered: its stream sequence, stored before the record's first
-// attempt. The time tells this copy from a job stored under the same
-// sequence in a stream made anew since.
+// dead-lettered: its stream sequence, and when it was stored, to the
+// nanosecond where the record keeps it (StoredAt), else no later than the
+// failure was recorded. The time tells this copy from a job stored under
+// the same sequence in a stream made anew since. It is not the record's
+// first attempt, which a re-drive's record keeps from its first copy, so
+// that a re-drive, stored after it, was taken for another copy, run again
+// and dead-lettered twice.
 func (r Record) DeadLettered(job *Job) bool {
-	return r.State == StateFailed && r.Seq == job.Seq && !job.EnqueuedAt.IsZero() && !job.EnqueuedAt.After(r.FirstAt)
+	switch {
+	case r.State != StateFailed || r.Seq != job.Seq || job.EnqueuedAt.IsZero():
+		return false
+	case !r.StoredAt.IsZero():
+		return r.StoredAt.Equal(job.EnqueuedAt)
+	}
+	return !job.EnqueuedAt.After(r.FinishedAt)
 }
 
 // newClaimRecord is the record of a first claim on job. A job delivered

@@ -456,92 +456,126 @@ func TestRedriveOfAJobStoredInJOBsFirstMillisecondKeepsItsID(t *testing.T) {
 // (jobq killed before the ack) is only removed by the sweep: its failed
 // record names this very copy. Dead-lettered again, it came back to DLQ
 // once the first dead letter was purged, or sat there twice past DLQ's
-// dedupe window, and dlq retry --all ran it twice.
+// dedupe window, and dlq retry --all ran it twice. So for a re-drive that
+// failed the same way: its record keeps its first copy's first attempt,
+// which the check went by, and took it for another copy.
 func TestSweepRemovesACopyThatWasDeadLetteredAlready(t *testing.T) {
-	ctx := context.Background()
-	scfg := server.Config{StoreDir: t.TempDir(), Logger: servertest.Logger(t)}
-	qcfg := Config{MaxDeliver: 1, AckWait: time.Second, FetchWait: 200 * time.Millisecond}
-	srv, err := server.Start(ctx, scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := Provision(ctx, js, qcfg, servertest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "X"}); err != nil {
-		t.Fatal(err)
-	}
-	// What Pool.fail does on the last delivery, up to the ack, which a
-	// kill cuts off.
-	batch, err := obj.Worker.Fetch(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var job *data.Job
-	for m := range batch.Messages() {
-		if job, err = decodeJob(m); err != nil {
-			t.Fatal(err)
-		}
-		if err := deadLetter(ctx, obj.JS, job, m.Headers(), "boom"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if job == nil {
-		t.Fatal("no job fetched")
-	}
-	l := data.NewLedger(obj.Ledger, 0, obj.JS)
-	if err := l.FailUnclaimed(ctx, job, "boom"); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	// The operator gives up on X; jobq starts again.
-	if n, err := PurgeDeadLetters(ctx, obj); err != nil || n != 1 {
-		t.Fatalf("purge DLQ: %d, %v; want 1", n, err)
-	}
-	nc.Close()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv = servertest.StartConfig(t, scfg)
-	js, err = jetstream.New(servertest.Connect(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if obj, err = Provision(ctx, js, qcfg, servertest.Logger(t)); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		obj.Worker.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
-		if info, err := obj.Worker.Info(ctx); err == nil && info.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("X still pending after 15s")
-		}
-	}
-	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return errors.New("never runs") }), servertest.Logger(t))
-	t.Cleanup(p.ledger.Close)
-	if _, err := p.sweep(ctx); err != nil {
-		t.Fatal(err)
-	}
-	dead, err := obj.Dead.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := obj.Jobs.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if dead.State.Msgs != 0 || jobs.State.Msgs != 0 {
-		t.Errorf("after the sweep: JOB %d, DLQ %d; want both 0 (X was dead-lettered, and its dead letter purged)", jobs.State.Msgs, dead.State.Msgs)
+	for _, tt := range []struct {
+		name    string
+		redrive bool
+	}{{"first copy", false}, {"re-drive", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			scfg := server.Config{StoreDir: t.TempDir(), Logger: servertest.Logger(t)}
+			qcfg := Config{MaxDeliver: 1, AckWait: time.Second, FetchWait: 200 * time.Millisecond}
+			srv, err := server.Start(ctx, scfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc, err := srv.Connect()
+			if err != nil {
+				t.Fatal(err)
+			}
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj, err := Provision(ctx, js, qcfg, servertest.Logger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := data.NewLedger(obj.Ledger, time.Second, obj.JS)
+			if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "X"}); err != nil {
+				t.Fatal(err)
+			}
+			// What Pool.fail does on the last delivery, up to the ack,
+			// which a kill cuts off unless acked.
+			deadLetterLast := func(acked bool) {
+				t.Helper()
+				batch, err := obj.Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for m := range batch.Messages() {
+					n++
+					job, err := decodeJob(m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := l.Claim(ctx, job, "w")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := deadLetter(ctx, obj.JS, job, m.Headers(), "boom"); err != nil {
+						t.Fatal(err)
+					}
+					if err := l.Fail(ctx, &c, 0, "boom"); err != nil {
+						t.Fatal(err)
+					}
+					if acked {
+						if err := m.DoubleAck(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if n != 1 {
+					t.Fatalf("fetched %d jobs, want 1", n)
+				}
+			}
+			if tt.redrive {
+				deadLetterLast(true)
+				d, err := FindDeadLetter(ctx, obj, "X")
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(10 * time.Millisecond) // the re-drive is stored after the first attempt
+				if _, err := RetryDeadLetter(ctx, obj, d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deadLetterLast(false)
+			// The operator gives up on X; jobq starts again.
+			if n, err := PurgeDeadLetters(ctx, obj); err != nil || n != 1 {
+				t.Fatalf("purge DLQ: %d, %v; want 1", n, err)
+			}
+			l.Close()
+			nc.Close()
+			if err := srv.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			srv = servertest.StartConfig(t, scfg)
+			if js, err = jetstream.New(servertest.Connect(t, srv)); err != nil {
+				t.Fatal(err)
+			}
+			if obj, err = Provision(ctx, js, qcfg, servertest.Logger(t)); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(15 * time.Second); ; {
+				obj.Worker.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
+				if info, err := obj.Worker.Info(ctx); err == nil && info.NumAckPending == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("X still pending after 15s")
+				}
+			}
+			p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return errors.New("never runs") }), servertest.Logger(t))
+			t.Cleanup(p.ledger.Close)
+			if _, err := p.sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			dead, err := obj.Dead.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs, err := obj.Jobs.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dead.State.Msgs != 0 || jobs.State.Msgs != 0 {
+				t.Errorf("after the sweep: JOB %d, DLQ %d; want both 0 (X was dead-lettered, and its dead letter purged)", jobs.State.Msgs, dead.State.Msgs)
+			}
+		})
 	}
 }
