@@ -190,3 +190,54 @@ func TestLeaseFitsASmallMaxPayload(t *testing.T) {
 		}
 	}
 }
+
+// The sweep goes on past a job whose dead letter a full DLQ refuses: a
+// smaller one after it that fits is moved. It stopped at the first, and
+// left every exhausted job after it in JOB.
+func TestSweepGoesOnPastAJobAFullDLQRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, queue.Config{DeadMaxBytes: 100 << 10, MaxDeliver: 1, AckWait: time.Second})
+	logs := &logBuffer{}
+	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("broken for good"))
+	}), zerolog.New(logs))
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopPool(t, p) })
+	kib := func(n int) string { return strings.Repeat("x", n<<10) }
+	waitDLQ := func(n uint64) {
+		t.Helper()
+		waitFor(t, 20*time.Second, func() error {
+			if st := b.status(t); st.DLQ.Messages != n {
+				return fmt.Errorf("DLQ holds %d dead letters, want %d", st.DLQ.Messages, n)
+			}
+			return nil
+		})
+	}
+	b.enqueue(t, "job.bad", "a1", kib(40))
+	waitDLQ(1)
+	b.enqueue(t, "job.bad", "a2", kib(30))
+	waitDLQ(2) // 70 of 100 KiB
+	b.enqueue(t, "job.bad", "big", kib(65))   // never fits
+	b.enqueue(t, "job.bad", "small", kib(35)) // fits once a2 is gone
+	waitFor(t, 20*time.Second, func() error {
+		if !strings.Contains(logs.String(), `"jobs":2,"message":"exhausted jobs left in JOB: DLQ is full`) {
+			return fmt.Errorf("no sweep left both in JOB yet; logs:\n%s", logs)
+		}
+		return nil
+	})
+	if err := b.obj.Dead.DeleteMsg(ctx, 2); err != nil { // nats stream rmm DLQ 2
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if st := b.status(t); st.DLQ.Messages != 2 || st.Stream.Messages != 1 {
+			return fmt.Errorf("JOB holds %d jobs, DLQ %d; want the small one moved, the big one left", st.Stream.Messages, st.DLQ.Messages)
+		}
+		return nil
+	})
+	if _, err := queue.DeadLetterOf(ctx, b.obj, "small"); err != nil {
+		t.Errorf("dead letter of the small job: %v", err)
+	}
+}

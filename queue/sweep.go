@@ -32,7 +32,12 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	last := info.Delivered.Stream
-	moved := 0
+	moved, full := 0, 0
+	defer func() {
+		if full > 0 {
+			p.log.Error().Int("jobs", full).Msg("exhausted jobs left in " + StreamJob + ": " + StreamDLQ + " is full; re-drive dead letters (jobq dlq retry) or clear them (jobq dlq purge), or raise --max-store")
+		}
+	}()
 	for seq := uint64(1); seq <= last && !p.stopping.Load(); { // the next run, after a restart, goes on
 		m, err := p.obj.Jobs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectJobs))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -50,6 +55,13 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 			// It stays where it is, named in the log every sweep; the
 			// jobs after it are still moved.
 			p.log.Error().Err(err).Msg("exhausted job left in " + StreamJob)
+			continue
+		}
+		if isFull(err) {
+			// So does a job whose dead letter DLQ has no room for: the
+			// jobs after it may fit, or need no room (done, or
+			// dead-lettered already).
+			full++
 			continue
 		}
 		if err != nil {
