@@ -219,7 +219,8 @@ func TestSweepGoesOnPastAJobAFullDLQRefuses(t *testing.T) {
 	b.enqueue(t, "job.bad", "a1", kib(40))
 	waitDLQ(1)
 	b.enqueue(t, "job.bad", "a2", kib(30))
-	waitDLQ(2) // 70 of 100 KiB
+	waitDLQ(2) // 70 of 100 KiB taken
+
 	b.enqueue(t, "job.bad", "big", kib(65))   // never fits
 	b.enqueue(t, "job.bad", "small", kib(35)) // fits once a2 is gone
 	waitFor(t, 20*time.Second, func() error {
