@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +24,11 @@ var (
 	// removal from the stream did not happen, so it came again. Do not run
 	// it: its dead letter is stored, and a re-drive is a new copy.
 	ErrDeadLettered = errors.New("job already dead-lettered")
+	// ErrAwaitingDeadLetter: this very copy of the job failed for good,
+	// and DLQ had no room for its dead letter (see AwaitingDeadLetter). Do
+	// not run it again: dead-letter it, and record that with Claim's
+	// Record and Revision.
+	ErrAwaitingDeadLetter = errors.New("job failed for good, its dead letter awaiting room in DLQ")
 	// ErrNotFound: no record for the job ID (pending, unknown or expired).
 	ErrNotFound = errors.New("no ledger record")
 )
@@ -157,6 +163,9 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 		case prev.DeadLettered(job):
 			c.Record = prev
 			return c, ErrDeadLettered
+		case prev.AwaitsDeadLetter(job):
+			c.Record, c.Revision = prev, entry.Revision()
+			return c, ErrAwaitingDeadLetter
 		default:
 			// An expired claim, a failed attempt, a cut-off attempt or a
 			// dead-lettered job being run again.
@@ -194,8 +203,26 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 // that a re-drive, stored after it, was taken for another copy, run again
 // and dead-lettered twice.
 func (r Record) DeadLettered(job *Job) bool {
+	return r.State == StateFailed && r.names(job)
+}
+
+// AwaitingDeadLetter begins the last error of a retrying record whose job
+// failed for good, and whose dead letter DLQ had no room for; the cause
+// follows. The job's next delivery is dead-lettered without running (see
+// ErrAwaitingDeadLetter).
+const AwaitingDeadLetter = "awaiting room in DLQ for its dead letter: "
+
+// AwaitsDeadLetter reports whether r, as DeadLettered, says that this very
+// copy of job failed for good and awaits room for its dead letter.
+func (r Record) AwaitsDeadLetter(job *Job) bool {
+	return r.State == StateRetrying && strings.HasPrefix(r.LastError, AwaitingDeadLetter) && r.names(job)
+}
+
+// names reports whether r is the record of this very copy of job, whose
+// outcome it recorded: see DeadLettered.
+func (r Record) names(job *Job) bool {
 	switch {
-	case r.State != StateFailed || r.Seq != job.Seq || job.EnqueuedAt.IsZero():
+	case r.Seq != job.Seq || job.EnqueuedAt.IsZero():
 		return false
 	case !r.StoredAt.IsZero():
 		return r.StoredAt.Equal(job.EnqueuedAt)

@@ -3,9 +3,11 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/jobq/jobq/data"
 )
@@ -106,7 +108,7 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 	// not only the last: the last may fail otherwise, as a read.
 	landed := err != nil && !refused(err)
 	for {
-		for backoff, retried := 50*time.Millisecond, false; err != nil && !errors.Is(err, data.ErrAlreadyDone) && !errors.Is(err, data.ErrDeadLettered); retried = true {
+		for backoff, retried := 50*time.Millisecond, false; err != nil && !errors.Is(err, data.ErrAlreadyDone) && !errors.Is(err, data.ErrDeadLettered) && !errors.Is(err, data.ErrAwaitingDeadLetter); retried = true {
 			wait := backoff
 			if errors.Is(err, data.ErrClaimed) {
 				if !retried || claim.Record.Seq != it.job.Seq {
@@ -209,6 +211,9 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
 		p.ack(opCtx, it.msg, log)
 		return false
+	case errors.Is(err, data.ErrAwaitingDeadLetter):
+		p.deadLetterAwaiting(opCtx, it, claim, log)
+		return false
 	case errors.Is(err, data.ErrClaimed) && claim.Record.Seq != it.job.Seq && !redriven(it.job) && !p.earlierClaim(opCtx, it.job, claim.Record):
 		// The same ID published again while the first copy runs: that copy
 		// stays in JOB until its outcome is recorded, so this one can go.
@@ -248,4 +253,30 @@ func (it *inflight) setClaim(c data.Claim) {
 	it.mu.Lock()
 	it.claim = c
 	it.mu.Unlock()
+}
+
+// deadLetterAwaiting dead-letters, without running it again, a job that
+// failed for good and whose dead letter DLQ had no room for then (see
+// awaitDeadLetter); while DLQ is still full, it is released again.
+func (p *Pool) deadLetterAwaiting(ctx context.Context, it *inflight, claim data.Claim, log zerolog.Logger) {
+	cause := strings.TrimPrefix(claim.Record.LastError, data.AwaitingDeadLetter)
+	job := *it.job
+	job.Attempt = max(claim.Record.Attempts, 1)
+	if err := p.deadLetter(ctx, &job, it.msg.Headers(), cause); err != nil {
+		if isFull(err) {
+			delay := p.cfg.backoff(it.job.Attempt)
+			log.Warn().Err(err).Dur("retry_in", delay).Msg("job awaiting its dead letter, and DLQ still has no room: released")
+			p.nak(it.msg, delay, log)
+			return
+		}
+		log.Error().Err(err).Msg("dead-letter job: left in JOB for the sweep")
+		return
+	}
+	p.cfg.Metrics.jobDeadLettered(job.Subject)
+	p.observe(&job, data.StateFailed, claim.Record.Took, errors.New(cause))
+	if err := p.ledger.Fail(ctx, &claim, claim.Record.Took, cause); err != nil {
+		log.Error().Err(err).Msg("record dead-lettered job") // the dead letter is stored
+	}
+	p.ack(ctx, it.msg, log)
+	log.Error().Str("error", cause).Msg("job dead-lettered, once DLQ had room")
 }

@@ -242,3 +242,66 @@ func TestSweepGoesOnPastAJobAFullDLQRefuses(t *testing.T) {
 		t.Errorf("dead letter of the small job: %v", err)
 	}
 }
+
+// A job that failed for good while DLQ had no room for its dead letter
+// runs once: its record says that it awaits its dead letter, and it is
+// dead-lettered without running again, once there is room: by a later
+// delivery, or by the sweep once its deliveries ran out. It ran again on
+// every delivery.
+func TestFullDLQDoesNotRunAFailedJobAgain(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name       string
+		maxDeliver int
+		wantErr    string
+	}{
+		{"by a delivery", 20, "broken for good"},
+		{"by the sweep", 2, "deliveries exhausted (max deliver 2): broken for good"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, queue.Config{DeadMaxBytes: 100 << 10, MaxDeliver: tt.maxDeliver, AckWait: time.Second, RetryBackoff: []time.Duration{300 * time.Millisecond}})
+			c := newCounter()
+			b.startPool(t, c.wrap(func(context.Context, *data.Job) error {
+				return handlers.Permanent(errors.New("broken for good"))
+			}))
+			payload := strings.Repeat("x", 60<<10)
+			b.enqueue(t, "job.bad", "first", payload) // 60 of DLQ's 100 KiB
+			waitFor(t, 20*time.Second, func() error {
+				if st := b.status(t); st.DLQ.Messages != 1 {
+					return fmt.Errorf("DLQ holds %d dead letters, want the first", st.DLQ.Messages)
+				}
+				return nil
+			})
+			b.enqueue(t, "job.bad", "victim", payload) // no room for its dead letter
+			rec := b.waitState(t, "victim", data.StateRetrying)
+			if !strings.HasPrefix(rec.LastError, data.AwaitingDeadLetter) || !strings.HasSuffix(rec.LastError, "broken for good") {
+				t.Errorf("victim's record says %q; want it awaiting its dead letter, with its error", rec.LastError)
+			}
+			time.Sleep(2 * time.Second) // redeliveries, while DLQ is full
+			if _, err := queue.PurgeDeadLetters(ctx, b.obj); err != nil {
+				t.Fatal(err)
+			}
+			if d := b.waitState(t, "victim", data.StateFailed); d.LastError != tt.wantErr {
+				t.Errorf("victim's failed record says %q, want %q", d.LastError, tt.wantErr)
+			}
+			dl, err := queue.DeadLetterOf(ctx, b.obj, "victim")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dl.Error != tt.wantErr || dl.Attempts != 1 {
+				t.Errorf("victim's dead letter: error %q after %d attempts; want %q after 1", dl.Error, dl.Attempts, tt.wantErr)
+			}
+			if n := c.get("victim"); n != 1 {
+				t.Errorf("the job that failed for good ran %d times; want 1", n)
+			}
+			waitFor(t, 20*time.Second, func() error {
+				if st := b.status(t); st.Stream.Messages != 0 {
+					return fmt.Errorf("JOB holds %d jobs; want none", st.Stream.Messages)
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -1007,6 +1007,10 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 		return
 	}
 	if err := p.deadLetter(ctx, job, msg.Headers(), cause.Error()); err != nil {
+		if isFull(err) && claim != nil {
+			p.awaitDeadLetter(ctx, it, claim, cause, err, log)
+			return
+		}
 		log.Error().Err(err).AnErr("cause", cause).Msg("dead-letter job: left in JOB for the sweep")
 		return
 	}
@@ -1025,6 +1029,21 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 	}
 	p.ack(ctx, msg, log)
 	ev(log.Error()).Msg("job dead-lettered")
+}
+
+// awaitDeadLetter holds a job that failed for good and whose dead letter DLQ
+// had no room for (refused): its record says so (data.AwaitingDeadLetter),
+// and it is released, to be dead-lettered on a later delivery without
+// running again (see deadLetterAwaiting), or by the sweep.
+func (p *Pool) awaitDeadLetter(ctx context.Context, it *inflight, claim *data.Claim, cause, refused error, log zerolog.Logger) {
+	if err := p.ledger.Retry(ctx, claim, it.took, data.AwaitingDeadLetter+cause.Error()); err != nil {
+		log.Error().Err(refused).AnErr("cause", cause).Msg("dead-letter job: left in JOB for the sweep")
+		p.recordFailed(it, err, log)
+		return
+	}
+	delay := p.cfg.backoff(it.job.Attempt)
+	log.Error().Err(refused).AnErr("cause", cause).Dur("retry_in", delay).Msg("job failed for good, and DLQ has no room for its dead letter: released, to be dead-lettered without running again")
+	p.nak(it.msg, delay, log)
 }
 
 // recordFailed handles a ledger write that failed after the handler ran. The

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -138,7 +139,7 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	cause := fmt.Sprintf("deliveries exhausted (max deliver %d)", p.cfg.MaxDeliver)
 	if rec.LastError != "" {
-		cause += ": " + rec.LastError
+		cause += ": " + strings.TrimPrefix(rec.LastError, data.AwaitingDeadLetter)
 	}
 	if rec.Attempts > 0 {
 		job.Attempt = rec.Attempts
