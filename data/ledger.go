@@ -197,11 +197,12 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 // earlier JOB's (see Earlier), says that this very copy of job was
 // dead-lettered: its stream sequence, and when it was stored, to the
 // nanosecond where the record keeps it (StoredAt), else no later than the
-// failure was recorded. The time tells this copy from a job stored under
-// the same sequence in a stream made anew since. It is not the record's
-// first attempt, which a re-drive's record keeps from its first copy, so
-// that a re-drive, stored after it, was taken for another copy, run again
-// and dead-lettered twice.
+// start of the attempt that wrote the record, which ran this copy (or, for
+// a record no attempt wrote, than the failure). The time tells this copy
+// from a job stored under the same sequence in a stream made anew since,
+// while an earlier copy ran. It is not the record's first attempt, which a
+// re-drive's record keeps from its first copy: a re-drive, stored after
+// it, was taken for another copy, run again and dead-lettered twice.
 func (r Record) DeadLettered(job *Job) bool {
 	return r.State == StateFailed && r.names(job)
 }
@@ -226,6 +227,8 @@ func (r Record) names(job *Job) bool {
 		return false
 	case !r.StoredAt.IsZero():
 		return r.StoredAt.Equal(job.EnqueuedAt)
+	case !r.StartedAt.IsZero():
+		return !job.EnqueuedAt.After(r.StartedAt)
 	}
 	return !job.EnqueuedAt.After(r.FinishedAt)
 }

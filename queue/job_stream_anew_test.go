@@ -798,3 +798,48 @@ func expiredDeadLetterThenRemake(t *testing.T, id string) *testBundle {
 	}
 	return remakeJobs(t, b, queue.Config{MaxDeliver: 1})
 }
+
+// A job published again under its ID into a JOB made anew, at the sequence
+// of its earlier copy, which was still running, is not taken for that copy:
+// the earlier copy failed for good, its dead letter refused by a full DLQ,
+// and its record (awaiting its dead letter) was taken for the new copy's,
+// which was dead-lettered with the earlier copy's error, never run.
+func TestEarlierJOBsAwaitingRecordIsNotTheNewCopys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := queue.Config{DeadMaxBytes: 100 << 10, MaxDeliver: 5, AckWait: 3 * time.Second, RetryBackoff: []time.Duration{200 * time.Millisecond}}
+	b := setup(t, cfg)
+	var mu sync.Mutex
+	var ran []string
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		tag := string(job.Payload[:3])
+		mu.Lock()
+		ran = append(ran, fmt.Sprintf("%s@%d=%s", job.ID, job.Seq, tag))
+		mu.Unlock()
+		if tag == "old" {
+			started <- struct{}{}
+			<-release
+			return handlers.Permanent(errors.New("old copy broken for good"))
+		}
+		return nil
+	}))
+	// DLQ, 100 KiB, has no room for the old copy's dead letter.
+	if _, err := b.js.Publish(ctx, queue.SubjectDLQPrefix+"job.fill", []byte(strings.Repeat("f", 60<<10))); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job.x", "X", "old"+strings.Repeat("x", 60<<10)) // JOB seq 1
+	<-started
+	b2 := remakeJobs(t, b, cfg)
+	if ack := b2.enqueue(t, "job.x", "X", "new"); ack.Sequence != 1 {
+		t.Fatalf("new copy stored at seq %d, want 1", ack.Sequence)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(release) // the old copy fails for good
+	b2.waitState(t, "X", data.StateDone)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(ran, "X@1=new") {
+		t.Errorf("the new JOB's copy of X never ran (the handler ran %v)", ran)
+	}
+}
