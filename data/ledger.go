@@ -247,10 +247,13 @@ func (l *Ledger) newClaimRecord(job *Job, worker string) Record {
 	}
 }
 
-// storedAt is the StoredAt of job's records: when its message was stored,
-// for a job known by its stream sequence alone.
+// storedAt is the StoredAt of job's records: when its message was stored.
+// Earlier goes by it for a job known by its stream sequence alone; for
+// every job it tells which copy an outcome is of (see DeadLettered), also
+// a copy stored at an earlier copy's sequence in a JOB made anew, before
+// that one started.
 func storedAt(job *Job) time.Time {
-	if !IsSeqID(job.ID) || job.EnqueuedAt.IsZero() {
+	if job.EnqueuedAt.IsZero() {
 		return time.Time{}
 	}
 	return job.EnqueuedAt.UTC()

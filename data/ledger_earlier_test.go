@@ -85,10 +85,10 @@ func TestLedgerFailUnclaimedWritesOverAnEarlierStreamsDoneRecord(t *testing.T) {
 	}
 }
 
-// A SeqID job's records keep when its message was stored, and Earlier goes
-// by that: a job of an earlier JOB that first runs after JOB was made anew
-// writes records that are still told for the earlier JOB's. A job with an
-// ID of its own keeps no such time.
+// A job's records keep when its message was stored, and for a SeqID job
+// Earlier goes by that: a job of an earlier JOB that first runs after JOB
+// was made anew writes records that are still told for the earlier JOB's.
+// A job with an ID of its own is that job in any JOB.
 func TestLedgerRecordsOfASeqIDJobKeepWhenItWasStored(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -108,12 +108,8 @@ func TestLedgerRecordsOfASeqIDJobKeepWhenItWasStored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := stored
-		if id == "own" {
-			want = time.Time{}
-		}
-		if !rec.StoredAt.Equal(want) {
-			t.Errorf("%s: stored_at %v, want %v", id, rec.StoredAt, want)
+		if !rec.StoredAt.Equal(stored) {
+			t.Errorf("%s: stored_at %v, want %v", id, rec.StoredAt, stored)
 		}
 		earlier, err := l.Earlier(ctx, id, time.Time{}, rec) // no message at hand, as for jobq job
 		if err != nil || earlier != (id != "own") {

@@ -843,3 +843,53 @@ func TestEarlierJOBsAwaitingRecordIsNotTheNewCopys(t *testing.T) {
 		t.Errorf("the new JOB's copy of X never ran (the handler ran %v)", ran)
 	}
 }
+
+// So is one stored at that sequence while the earlier copy waited in the
+// pool for a worker, before it started: the earlier copy's record named
+// any copy stored before its attempt began. Records now keep when their
+// copy was stored, for every job.
+func TestEarlierJOBsAwaitingRecordIsNotACopyStoredBeforeItStarted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := queue.Config{Workers: 1, MaxDeliver: 5, AckWait: 3 * time.Second,
+		RetryBackoff: []time.Duration{200 * time.Millisecond}, DeadMaxBytes: 100 << 10}
+	b := setup(t, cfg)
+	var mu sync.Mutex
+	var ran []string
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		tag := string(job.Payload[:3])
+		mu.Lock()
+		ran = append(ran, fmt.Sprintf("%s@%d=%s", job.ID, job.Seq, tag))
+		mu.Unlock()
+		switch tag {
+		case "blk":
+			started <- struct{}{}
+			<-release
+		case "old":
+			return handlers.Permanent(errors.New("old copy broken for good"))
+		}
+		return nil
+	}))
+	// DLQ, 100 KiB, has no room for the old copy's dead letter.
+	if _, err := b.js.Publish(ctx, queue.SubjectDLQPrefix+"job.fill", []byte(strings.Repeat("f", 60<<10))); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job.b", "L", "blk")                             // seq 1, holds the only worker
+	b.enqueue(t, "job.x", "X", "old"+strings.Repeat("x", 60<<10)) // seq 2, waits for it
+	<-started
+	b.waitAckPending(t, 2)
+	b2 := remakeJobs(t, b, cfg)
+	b2.enqueue(t, "job.f", "F", "fil")
+	if ack := b2.enqueue(t, "job.x", "X", "new"); ack.Sequence != 2 {
+		t.Fatalf("new copy stored at seq %d, want 2", ack.Sequence)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(release) // the old copy starts only now, and fails for good
+	b2.waitState(t, "X", data.StateDone)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(ran, "X@2=new") {
+		t.Errorf("the new JOB's copy of X never ran (the handler ran %v)", ran)
+	}
+}
