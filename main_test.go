@@ -507,6 +507,7 @@ type recordOut struct {
 	FinishedAt time.Time `json:"finished_at"`
 	TookNS     int64     `json:"took_ns"`
 	LastError  string    `json:"last_error"`
+	StoredAt   time.Time `json:"stored_at"`
 }
 
 type streamOut struct {
@@ -642,7 +643,7 @@ func (s *jobqServer) waitState(t *testing.T, id, state string) recordOut {
 // volatile are --json fields whose values change from run to run; golden
 // files hold a placeholder for them.
 var volatile = map[string]bool{
-	"first_at": true, "started_at": true, "finished_at": true, "failed_at": true,
+	"first_at": true, "started_at": true, "finished_at": true, "failed_at": true, "stored_at": true,
 	"lease_until": true, "took_ns": true, "worker": true, "lease": true, "bytes": true,
 }
 

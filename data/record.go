@@ -37,11 +37,13 @@ type Record struct {
 	// Took is how long the last finished attempt ran.
 	Took      time.Duration `json:"took_ns,omitempty"`
 	LastError string        `json:"last_error,omitempty"`
-	// StoredAt is when the job's message was stored in JOB, kept for a
-	// job known by its stream sequence (SeqID) alone: it tells the
-	// job's records from those of an earlier JOB's job at the same
-	// sequence (see Ledger.Earlier). Both it and JOB's creation are the
-	// server's times.
+	// StoredAt is when the copy of the job whose outcome the record
+	// tells was stored in JOB (see Record.DeadLettered); for a job known
+	// by its stream sequence (SeqID) alone it also tells the job's
+	// records from those of an earlier JOB's job at the same sequence
+	// (see Ledger.Earlier). Both it and JOB's creation are the server's
+	// times. Records written before it was kept for every job have it
+	// for SeqID jobs only.
 	StoredAt time.Time `json:"stored_at,omitzero"`
 }
 
