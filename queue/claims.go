@@ -272,11 +272,6 @@ func (p *Pool) deadLetterAwaiting(ctx context.Context, it *inflight, claim data.
 		log.Error().Err(err).Msg("dead-letter job: left in JOB for the sweep")
 		return
 	}
-	p.cfg.Metrics.jobDeadLettered(job.Subject)
-	p.observe(&job, data.StateFailed, claim.Record.Took, errors.New(cause))
-	if err := p.ledger.Fail(ctx, &claim, claim.Record.Took, cause); err != nil {
-		log.Error().Err(err).Msg("record dead-lettered job") // the dead letter is stored
-	}
-	p.ack(ctx, it.msg, log)
+	p.deadLettered(ctx, it.msg, &job, &claim, claim.Record.Took, errors.New(cause), log)
 	log.Error().Str("error", cause).Msg("job dead-lettered, once DLQ had room")
 }

@@ -800,96 +800,76 @@ func expiredDeadLetterThenRemake(t *testing.T, id string) *testBundle {
 }
 
 // A job published again under its ID into a JOB made anew, at the sequence
-// of its earlier copy, which was still running, is not taken for that copy:
-// the earlier copy failed for good, its dead letter refused by a full DLQ,
-// and its record (awaiting its dead letter) was taken for the new copy's,
-// which was dead-lettered with the earlier copy's error, never run.
+// of its earlier copy, is not taken for that copy: the earlier copy failed
+// for good, its dead letter refused by a full DLQ, and its record (awaiting
+// its dead letter) was taken for the new copy's, which was dead-lettered
+// with the earlier copy's error, never run. So it was whether the earlier
+// copy was running when the new one was stored, or still waited in the
+// pool for a worker: its record named any copy stored before its attempt
+// began. Records now keep when their copy was stored, for every job.
 func TestEarlierJOBsAwaitingRecordIsNotTheNewCopys(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	cfg := queue.Config{DeadMaxBytes: 100 << 10, MaxDeliver: 5, AckWait: 3 * time.Second, RetryBackoff: []time.Duration{200 * time.Millisecond}}
-	b := setup(t, cfg)
-	var mu sync.Mutex
-	var ran []string
-	started, release := make(chan struct{}, 4), make(chan struct{})
-	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
-		tag := string(job.Payload[:3])
-		mu.Lock()
-		ran = append(ran, fmt.Sprintf("%s@%d=%s", job.ID, job.Seq, tag))
-		mu.Unlock()
-		if tag == "old" {
-			started <- struct{}{}
-			<-release
-			return handlers.Permanent(errors.New("old copy broken for good"))
-		}
-		return nil
-	}))
-	// DLQ, 100 KiB, has no room for the old copy's dead letter.
-	if _, err := b.js.Publish(ctx, queue.SubjectDLQPrefix+"job.fill", []byte(strings.Repeat("f", 60<<10))); err != nil {
-		t.Fatal(err)
-	}
-	b.enqueue(t, "job.x", "X", "old"+strings.Repeat("x", 60<<10)) // JOB seq 1
-	<-started
-	b2 := remakeJobs(t, b, cfg)
-	if ack := b2.enqueue(t, "job.x", "X", "new"); ack.Sequence != 1 {
-		t.Fatalf("new copy stored at seq %d, want 1", ack.Sequence)
-	}
-	time.Sleep(500 * time.Millisecond)
-	close(release) // the old copy fails for good
-	b2.waitState(t, "X", data.StateDone)
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Contains(ran, "X@1=new") {
-		t.Errorf("the new JOB's copy of X never ran (the handler ran %v)", ran)
-	}
-}
-
-// So is one stored at that sequence while the earlier copy waited in the
-// pool for a worker, before it started: the earlier copy's record named
-// any copy stored before its attempt began. Records now keep when their
-// copy was stored, for every job.
-func TestEarlierJOBsAwaitingRecordIsNotACopyStoredBeforeItStarted(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	cfg := queue.Config{Workers: 1, MaxDeliver: 5, AckWait: 3 * time.Second,
-		RetryBackoff: []time.Duration{200 * time.Millisecond}, DeadMaxBytes: 100 << 10}
-	b := setup(t, cfg)
-	var mu sync.Mutex
-	var ran []string
-	started, release := make(chan struct{}, 4), make(chan struct{})
-	b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
-		tag := string(job.Payload[:3])
-		mu.Lock()
-		ran = append(ran, fmt.Sprintf("%s@%d=%s", job.ID, job.Seq, tag))
-		mu.Unlock()
-		switch tag {
-		case "blk":
-			started <- struct{}{}
-			<-release
-		case "old":
-			return handlers.Permanent(errors.New("old copy broken for good"))
-		}
-		return nil
-	}))
-	// DLQ, 100 KiB, has no room for the old copy's dead letter.
-	if _, err := b.js.Publish(ctx, queue.SubjectDLQPrefix+"job.fill", []byte(strings.Repeat("f", 60<<10))); err != nil {
-		t.Fatal(err)
-	}
-	b.enqueue(t, "job.b", "L", "blk")                             // seq 1, holds the only worker
-	b.enqueue(t, "job.x", "X", "old"+strings.Repeat("x", 60<<10)) // seq 2, waits for it
-	<-started
-	b.waitAckPending(t, 2)
-	b2 := remakeJobs(t, b, cfg)
-	b2.enqueue(t, "job.f", "F", "fil")
-	if ack := b2.enqueue(t, "job.x", "X", "new"); ack.Sequence != 2 {
-		t.Fatalf("new copy stored at seq %d, want 2", ack.Sequence)
-	}
-	time.Sleep(300 * time.Millisecond)
-	close(release) // the old copy starts only now, and fails for good
-	b2.waitState(t, "X", data.StateDone)
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Contains(ran, "X@2=new") {
-		t.Errorf("the new JOB's copy of X never ran (the handler ran %v)", ran)
+	for _, tt := range []struct {
+		name    string
+		workers int
+		// earlier stores jobs in the first JOB, the earlier copy of X
+		// among them, one of which holds a worker; fill stores jobs in
+		// the new JOB ahead of X's new copy, so that it lands at the
+		// earlier copy's sequence, seq.
+		earlier, fill []string
+		seq           uint64
+	}{
+		{"while it ran", 0, []string{"X=old-held"}, nil, 1},
+		{"before it started", 1, []string{"L=held", "X=old"}, []string{"F=fill"}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cfg := queue.Config{Workers: tt.workers, DeadMaxBytes: 100 << 10, MaxDeliver: 5, AckWait: 3 * time.Second, RetryBackoff: []time.Duration{200 * time.Millisecond}}
+			b := setup(t, cfg)
+			var mu sync.Mutex
+			var ran []string
+			started, release := make(chan struct{}, 4), make(chan struct{})
+			b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+				tag, _, _ := strings.Cut(string(job.Payload), ":")
+				mu.Lock()
+				ran = append(ran, fmt.Sprintf("%s@%d=%s", job.ID, job.Seq, tag))
+				mu.Unlock()
+				if strings.HasSuffix(tag, "held") {
+					started <- struct{}{}
+					<-release
+				}
+				if strings.HasPrefix(tag, "old") {
+					return handlers.Permanent(errors.New("old copy broken for good"))
+				}
+				return nil
+			}))
+			// DLQ, 100 KiB, has no room for the old copy's dead letter.
+			if _, err := b.js.Publish(ctx, queue.SubjectDLQPrefix+"job.fill", []byte(strings.Repeat("f", 60<<10))); err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range tt.earlier {
+				id, tag, _ := strings.Cut(j, "=")
+				b.enqueue(t, "job.x", id, tag+":"+strings.Repeat("x", 60<<10))
+			}
+			<-started
+			b.waitAckPending(t, len(tt.earlier))
+			b2 := remakeJobs(t, b, cfg)
+			for _, j := range tt.fill {
+				id, tag, _ := strings.Cut(j, "=")
+				b2.enqueue(t, "job.f", id, tag)
+			}
+			if ack := b2.enqueue(t, "job.x", "X", "new"); ack.Sequence != tt.seq {
+				t.Fatalf("new copy stored at seq %d, want %d", ack.Sequence, tt.seq)
+			}
+			time.Sleep(300 * time.Millisecond)
+			close(release) // the old copy fails for good, once it ran
+			b2.waitState(t, "X", data.StateDone)
+			mu.Lock()
+			defer mu.Unlock()
+			if want := fmt.Sprintf("X@%d=new", tt.seq); !slices.Contains(ran, want) {
+				t.Errorf("the new JOB's copy of X never ran (the handler ran %v)", ran)
+			}
+		})
 	}
 }

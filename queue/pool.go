@@ -1014,6 +1014,13 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 		log.Error().Err(err).AnErr("cause", cause).Msg("dead-letter job: left in JOB for the sweep")
 		return
 	}
+	p.deadLettered(ctx, msg, job, claim, took, cause, log)
+	ev(log.Error()).Msg("job dead-lettered")
+}
+
+// deadLettered settles a job whose dead letter is stored: counted, told to
+// the Observer, recorded failed, and acked.
+func (p *Pool) deadLettered(ctx context.Context, msg jetstream.Msg, job *data.Job, claim *data.Claim, took time.Duration, cause error, log zerolog.Logger) {
 	p.cfg.Metrics.jobDeadLettered(job.Subject)
 	p.observe(job, data.StateFailed, took, cause)
 	var err error
@@ -1028,7 +1035,6 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 		log.Error().Err(err).Msg("record dead-lettered job")
 	}
 	p.ack(ctx, msg, log)
-	ev(log.Error()).Msg("job dead-lettered")
 }
 
 // awaitDeadLetter holds a job that failed for good and whose dead letter DLQ
