@@ -155,7 +155,7 @@ func (p *Pool) keepAlive(it *inflight) {
 		return
 	}
 	it.lastBeat = time.Now()
-	if err := it.msg.InProgress(); err != nil {
+	if err := it.msg.InProgress(); err != nil && !errors.Is(err, errEarlierJOB) {
 		p.jobLog(it.job).Warn().Err(err).Msg("heartbeat to server")
 	}
 }

@@ -873,3 +873,72 @@ func TestEarlierJOBsAwaitingRecordIsNotTheNewCopys(t *testing.T) {
 		})
 	}
 }
+
+// A pool holds jobs of JOB when JOB is deleted and made anew, and new jobs
+// are stored at their sequences. The server matches an ack by its stream
+// sequence alone, so the earlier jobs' acks, sent once their handlers
+// return, would take the new jobs at those sequences from another worker
+// that holds them, and from JOB: lost, should that worker stop before it
+// acks. The pool sends the earlier JOB's jobs no ack, Nak or heartbeat once
+// it saw JOB deleted.
+func TestEarlierJOBsJobsDoNotAckTheNewJOBsJobs(t *testing.T) {
+	for _, noLedger := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no ledger %v", noLedger), func(t *testing.T) {
+			t.Parallel()
+			cfg := queue.Config{Workers: 1, Prefetch: 1, NoLedger: noLedger}
+			b := setup(t, cfg)
+			started, release := make(chan string, 8), make(chan struct{})
+			returned := make(chan string, 8)
+			b.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+				started <- job.ID
+				if job.ID == "a1" {
+					<-release
+				}
+				returned <- job.ID
+				return nil
+			}))
+			b.enqueue(t, "job.a", "a1", "x") // seq 1
+			b.enqueue(t, "job.a", "a2", "x") // seq 2: held, waiting for the worker
+			if id := <-started; id != "a1" {
+				t.Fatalf("the worker started %s first, want a1", id)
+			}
+			b.waitAckPending(t, 2)
+
+			b2 := remakeJobs(t, b, cfg)
+			b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
+			b2.enqueue(t, "job.a", "b2", "x") // and seq 2
+			// Another worker takes both and stops before it acks them.
+			batch, err := b2.obj.Worker.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var held []string
+			for m := range batch.Messages() {
+				held = append(held, m.Headers().Get(nats.MsgIdHdr))
+			}
+			if fmt.Sprint(held) != "[b1 b2]" {
+				t.Fatalf("the other worker holds %v, want [b1 b2]", held)
+			}
+
+			close(release)
+			for _, want := range []string{"a1", "a2"} {
+				select {
+				case id := <-returned:
+					if id != want {
+						t.Fatalf("handler returned for %s, want %s", id, want)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("handler did not return for %s", want)
+				}
+			}
+			if !noLedger {
+				b2.waitState(t, "a2", data.StateDone)
+			}
+			time.Sleep(500 * time.Millisecond) // for the acks, had they been sent
+			st := b2.status(t)
+			if st.Stream.Messages != 2 || st.Consumer.AckPending != 2 {
+				t.Errorf("JOB holds %d jobs, %d of them ack pending; want 2 and 2: the earlier JOB's acks took the new jobs", st.Stream.Messages, st.Consumer.AckPending)
+			}
+		})
+	}
+}

@@ -24,6 +24,8 @@ const (
 	// AdvisoryMaxDeliveries is the server's advisory for a WORKER message
 	// whose deliveries ran out.
 	AdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamJob + "." + ConsumerWorker
+	// advisoryJobStreamDeleted is the server's advisory for JOB deleted.
+	advisoryJobStreamDeleted = "$JS.EVENT.ADVISORY.STREAM.DELETED." + StreamJob
 )
 
 // Headers jobq sets on dead letters, beside the job's own headers.

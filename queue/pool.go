@@ -88,6 +88,11 @@ type Pool struct {
 	// ask again, and fail if they cannot tell either.
 	leasingErr error
 
+	// jobDeletions counts the deletions of JOB the pool saw (see
+	// watchJobStream): a job fetched before one is an earlier JOB's, and
+	// gets no ack, Nak or heartbeat (see errEarlierJOB).
+	jobDeletions atomic.Uint64
+
 	running     atomic.Bool
 	stopping    atomic.Bool   // Stop began: no handler starts any more
 	halt        chan struct{} // closed when Stop begins, for the jobs waiting on the ledger
@@ -192,6 +197,31 @@ func jobStreamCreated(js jetstream.JetStream) func(context.Context) (time.Time, 
 	}
 }
 
+// watchJobStream counts JOB's deletions in jobDeletions. It is called
+// before the first fetch; a deletion while the pool's connection is down
+// goes unseen.
+func (p *Pool) watchJobStream() (*nats.Subscription, error) {
+	sub, err := p.obj.JS.Conn().Subscribe(advisoryJobStreamDeleted, func(*nats.Msg) {
+		p.jobDeletions.Add(1)
+		p.log.Warn().Msg(StreamJob + " was deleted: the jobs of it that this pool holds still run, and get no ack, Nak or heartbeat, which the server would take for the jobs at their sequences in a " + StreamJob + " made anew")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", advisoryJobStreamDeleted, err)
+	}
+	return sub, nil
+}
+
+// unsent logs a job's ack or Nak that failed with err, unless it was not
+// sent for a job of a JOB deleted since (see errEarlierJOB); it reports
+// whether it was not.
+func unsent(err error, log *zerolog.Logger) bool {
+	if !errors.Is(err, errEarlierJOB) {
+		return false
+	}
+	log.Warn().Err(err).Msg("job of a " + StreamJob + " deleted since it was delivered: left unacknowledged")
+	return true
+}
+
 // NewPool returns a pool that runs jobs from obj's WORKER through h.
 func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	cfg := obj.Config
@@ -248,6 +278,12 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.running.Store(false)
 		return err
 	}
+	deletions, err := p.watchJobStream()
+	if err != nil {
+		p.running.Store(false)
+		sub.Unsubscribe()
+		return err
+	}
 	// From here on nothing waits: a Stop meanwhile, which waits for the
 	// lock, finds the pool started, or Start finds it called.
 	p.life.Lock()
@@ -255,6 +291,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.stopping.Load() {
 		p.running.Store(false)
 		sub.Unsubscribe()
+		deletions.Unsubscribe()
 		return errPoolStopped
 	}
 	fetchCtx, fetchCancel := context.WithCancel(ctx)
@@ -297,6 +334,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(p.finished)
+		defer deletions.Unsubscribe() // no job is acked after the acker's
 		p.ackAll(workCtx)
 	}()
 	beatCtx, beatCancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -734,7 +772,7 @@ func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 	case herr == nil && p.cfg.NoLedger:
 		p.cfg.Metrics.jobCompleted(it.job.Subject)
 		p.observe(it.job, data.StateDone, it.took, nil)
-		if err := it.msg.Ack(); err != nil {
+		if err := it.msg.Ack(); err != nil && !unsent(err, p.jobLog(it.job)) {
 			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
 		}
 		return false
@@ -848,7 +886,7 @@ func (p *Pool) completed(it *inflight, err error) {
 	}
 	p.cfg.Metrics.jobCompleted(it.job.Subject)
 	p.observe(it.job, data.StateDone, it.took, nil)
-	if err := it.msg.Ack(); err != nil {
+	if err := it.msg.Ack(); err != nil && !unsent(err, p.jobLog(it.job)) {
 		// A lost ack is harmless: the redelivery finds the job done.
 		p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
 	}
@@ -948,7 +986,7 @@ func (p *Pool) recordAgain(ctx context.Context, it *inflight, err error) error {
 	for failures, logged := 1, 0; ; {
 		if now := time.Now(); !now.Before(nextBeat) {
 			nextBeat = now.Add(beat)
-			if err := it.msg.InProgress(); err != nil {
+			if err := it.msg.InProgress(); err != nil && !errors.Is(err, errEarlierJOB) {
 				log.Warn().Err(err).Msg("heartbeat to server")
 			}
 			if !it.unclaimed && it.claim.Revision != 0 {
@@ -1186,7 +1224,7 @@ func (e *panicError) Error() string { return e.msg }
 func (p *Pool) ack(ctx context.Context, msg jetstream.Msg, log zerolog.Logger) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	if err := msg.DoubleAck(actx); err != nil {
+	if err := msg.DoubleAck(actx); err != nil && !unsent(err, &log) {
 		// The outcome is recorded: a redelivery is acked without running.
 		log.Error().Err(err).Msg("ack job: it will be redelivered and skipped")
 	}
@@ -1199,7 +1237,7 @@ func (p *Pool) nak(msg jetstream.Msg, delay time.Duration, log zerolog.Logger) {
 	} else {
 		err = msg.Nak()
 	}
-	if err != nil {
+	if err != nil && !unsent(err, &log) {
 		log.Warn().Err(err).Msg("release job: it will be redelivered after the ack wait")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -201,6 +202,11 @@ type jobMsg struct {
 	msg  *nats.Msg
 	meta jetstream.MsgMetadata // in the same allocation
 	err  error
+	// deletions counts the deletions of JOB that the pool that fetched
+	// the job saw, seen what it counted then (see Pool.jobDeletions); nil
+	// for a job fetched outside a pool.
+	deletions *atomic.Uint64
+	seen      uint64
 }
 
 func newJobMsg(m *nats.Msg) *jobMsg {
@@ -284,16 +290,72 @@ func (m *jobMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	}
 	return &m.meta, nil
 }
-func (m *jobMsg) Data() []byte                        { return m.msg.Data }
-func (m *jobMsg) Headers() nats.Header                { return m.msg.Header }
-func (m *jobMsg) Subject() string                     { return m.msg.Subject }
-func (m *jobMsg) Reply() string                       { return m.msg.Reply }
-func (m *jobMsg) Ack() error                          { return m.msg.Ack() }
-func (m *jobMsg) DoubleAck(ctx context.Context) error { return m.msg.AckSync(nats.Context(ctx)) }
-func (m *jobMsg) Nak() error                          { return m.msg.Nak() }
-func (m *jobMsg) NakWithDelay(d time.Duration) error  { return m.msg.NakWithDelay(d) }
-func (m *jobMsg) InProgress() error                   { return m.msg.InProgress() }
-func (m *jobMsg) Term() error                         { return m.msg.Term() }
+func (m *jobMsg) Data() []byte         { return m.msg.Data }
+func (m *jobMsg) Headers() nats.Header { return m.msg.Header }
+func (m *jobMsg) Subject() string      { return m.msg.Subject }
+func (m *jobMsg) Reply() string        { return m.msg.Reply }
+
+// errEarlierJOB is an ack, Nak or heartbeat not sent for a job of a JOB that
+// was deleted since its pool fetched it. The server matches each by its
+// stream sequence alone, so once JOB is made anew it would reach the new
+// JOB's job at that sequence: an ack would remove that job, held by
+// another worker, from JOB, and lose it should that worker stop before it
+// acks; a Nak would deliver it again while it runs.
+var errEarlierJOB = errors.New("not acknowledged: " + StreamJob + " was deleted since the job was delivered, and the server would take the ack for the job at its sequence in the " + StreamJob + " made anew")
+
+// earlierJOB is errEarlierJOB if m's JOB was deleted since it was fetched.
+func (m *jobMsg) earlierJOB() error {
+	if m.deletions != nil && m.deletions.Load() != m.seen {
+		return errEarlierJOB
+	}
+	return nil
+}
+
+func (m *jobMsg) Ack() error {
+	if err := m.earlierJOB(); err != nil {
+		return err
+	}
+	return m.msg.Ack()
+}
+
+func (m *jobMsg) DoubleAck(ctx context.Context) error {
+	if err := m.earlierJOB(); err != nil {
+		return err
+	}
+	return m.msg.AckSync(nats.Context(ctx))
+}
+
+func (m *jobMsg) Nak() error {
+	if err := m.earlierJOB(); err != nil {
+		return err
+	}
+	return m.msg.Nak()
+}
+
+func (m *jobMsg) NakWithDelay(d time.Duration) error {
+	if err := m.earlierJOB(); err != nil {
+		return err
+	}
+	return m.msg.NakWithDelay(d)
+}
+
+func (m *jobMsg) InProgress() error {
+	if err := m.earlierJOB(); err != nil {
+		return err
+	}
+	return m.msg.InProgress()
+}
+
+func (m *jobMsg) Term() error {
+	if err := m.earlierJOB(); err != nil {
+		return err
+	}
+	return m.msg.Term()
+}
+
 func (m *jobMsg) TermWithReason(reason string) error {
+	if err := m.earlierJOB(); err != nil {
+		return err
+	}
 	return m.msg.Respond([]byte("+TERM " + reason))
 }
