@@ -608,11 +608,7 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 		return server.Config{}, queue.Config{}, err
 	}
 	if ms := c.Int64("max-store"); ms > 0 {
-		// JOB gets three quarters: a full JOB refuses new jobs while the
-		// ledger and DLQ keep room to finish the stored ones. DLQ gets an
-		// eighth: dead letters nobody clears would otherwise fill the
-		// ledger's room, and no job could be recorded.
-		qc.MaxBytes, qc.DeadMaxBytes = ms*3/4, ms/8
+		qc.MaxBytes, qc.DeadMaxBytes = queue.StoreShares(ms)
 	}
 	if err := qc.Validate(); err != nil {
 		return server.Config{}, queue.Config{}, usageError{err}

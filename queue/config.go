@@ -82,6 +82,17 @@ type Config struct {
 // MaxReplicas is the most copies a NATS cluster keeps of a stream.
 const MaxReplicas = 5
 
+// StoreShares splits a store of maxStore bytes into JOB's MaxBytes and
+// DLQ's DeadMaxBytes. JOB gets three quarters: a full JOB refuses new jobs
+// while the ledger and DLQ keep room to finish the stored ones. DLQ gets an
+// eighth: dead letters nobody clears would otherwise fill the ledger's
+// room, and no job could be recorded. The ledger has the rest.
+func StoreShares(maxStore int64) (jobs, dead int64) { return maxStore * 3 / 4, maxStore / 8 }
+
+// deadShareOf is DLQ's share of the store that StoreShares gave JOB jobs
+// bytes of: a sixth of them.
+func deadShareOf(jobs int64) int64 { return jobs / 6 }
+
 // MaxWorkers and MaxPrefetch bound a pool: each worker is a goroutine, and
 // WORKER lets twice workers and prefetch be delivered unacked, which only
 // grows (see ensureConsumer).

@@ -17,3 +17,14 @@ func TestConfigRefusesAFetchWaitThatWouldSpin(t *testing.T) {
 		}
 	}
 }
+
+// A client learns DLQ's share of the store from JOB's (see Open): the two
+// agree for any store --max-store takes.
+func TestDeadShareOfJOBsIsStoreShares(t *testing.T) {
+	for _, store := range []int64{1 << 20, 8 << 20, 1<<30 + 7, 123_456_789} {
+		jobs, dead := StoreShares(store)
+		if got := deadShareOf(jobs); got != dead {
+			t.Errorf("store %d: JOB %d, DLQ %d; DLQ from JOB's share %d", store, jobs, dead, got)
+		}
+	}
+}

@@ -305,3 +305,40 @@ func TestFullDLQDoesNotRunAFailedJobAgain(t *testing.T) {
 		})
 	}
 }
+
+// A pool of a client (jobq next), which knows the store's split only from
+// the streams, makes a deleted DLQ anew with its cap: an eighth of the
+// store, a sixth of JOB's. It made it uncapped, free to take the ledger's
+// room until jobq serve started again.
+func TestDLQMadeAnewByAClientKeepsItsCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const store = 8 << 20
+	b := setup(t, queue.Config{MaxBytes: store * 3 / 4, DeadMaxBytes: store / 8, MaxDeliver: 1})
+	if err := b.js.DeleteStream(ctx, queue.StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := queue.Open(ctx, b.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		return handlers.Permanent(errors.New("broken"))
+	}), servertest.Logger(t))
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopPool(t, p) })
+	b.enqueue(t, "job.bad", "bad", "x")
+	b.waitState(t, "bad", data.StateFailed)
+	waitFor(t, 20*time.Second, func() error {
+		s, err := b.js.Stream(ctx, queue.StreamDLQ)
+		if err != nil {
+			return err
+		}
+		if got := s.CachedInfo().Config.MaxBytes; got != store/8 {
+			return fmt.Errorf("DLQ made anew with max bytes %d, want %d", got, store/8)
+		}
+		return nil
+	})
+}

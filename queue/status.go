@@ -79,8 +79,13 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Objects, error) {
 	// The replicas of JOB, for DLQ if a pool makes it again (see
 	// makeDLQAnew): Provision gives them all the same.
 	o.Config = Config{MaxDeliver: ci.MaxDeliver, AckWait: ci.AckWait, Replicas: o.Jobs.CachedInfo().Config.Replicas}
-	if o.Dead != nil {
+	switch jobMax := o.Jobs.CachedInfo().Config.MaxBytes; {
+	case o.Dead != nil:
 		o.Config.DeadMaxBytes = max(o.Dead.CachedInfo().Config.MaxBytes, 0)
+	case jobMax > 0:
+		// DLQ was deleted: made anew, it takes its share of the store
+		// again.
+		o.Config.DeadMaxBytes = deadShareOf(jobMax)
 	}
 	if st, err := o.Ledger.Status(ctx); err == nil {
 		o.Config.ProcessedTTL = st.TTL()
