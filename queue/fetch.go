@@ -163,7 +163,7 @@ func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.bytes.Load() }
 func (p *Pool) admit(m *nats.Msg) {
 	it := new(inflight)
 	it.jm.init(m)
-	it.jm.deletions, it.jm.seen = &p.jobDeletions, p.jobDeletions.Load()
+	it.jm.stream, it.jm.of = p.stream, p.stream.now()
 	it.msg = &it.jm
 	if err := decodeJobInto(&it.jobv, it.msg); err != nil {
 		p.log.Error().Err(err).Str("subject", m.Subject).Msg("not a jetstream job; left for redelivery")

@@ -227,7 +227,7 @@ func TestNextGivesUpOnAStuckLedger(t *testing.T) {
 	stuck.Store(true)
 	p.ledger = data.NewLedger(stuckUpdates{KeyValue: obj.Ledger, stuck: &stuck}, obj.Config.lease(), obj.JS)
 	t.Cleanup(p.ledger.Close)
-	msg, err := fetchOne(ctx, obj, 5*time.Second)
+	msg, err := fetchOne(ctx, obj, nil, 5*time.Second)
 	if err != nil || msg == nil {
 		t.Fatalf("fetch J: %v, %v", msg, err)
 	}
@@ -238,7 +238,7 @@ func TestNextGivesUpOnAStuckLedger(t *testing.T) {
 		t.Error("J ran without a claim")
 	}
 	// Handed back: delivered again at once, not after the ack wait.
-	if again, err := fetchOne(ctx, obj, 5*time.Second); err != nil || again == nil {
+	if again, err := fetchOne(ctx, obj, nil, 5*time.Second); err != nil || again == nil {
 		t.Errorf("fetch J again: %v, %v; want J handed back", again, err)
 	}
 }

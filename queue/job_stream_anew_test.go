@@ -874,13 +874,40 @@ func TestEarlierJOBsAwaitingRecordIsNotTheNewCopys(t *testing.T) {
 	}
 }
 
+// heldElsewhere has another worker take n jobs of b's JOB and stop before
+// it acks them: they stay ack pending until the ack wait. It returns their
+// IDs. It may run on a goroutine of its own.
+func heldElsewhere(t *testing.T, b *testBundle, n int) string {
+	t.Helper()
+	batch, err := b.obj.Worker.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	var held []string
+	for m := range batch.Messages() {
+		held = append(held, m.Headers().Get(nats.MsgIdHdr))
+	}
+	return fmt.Sprint(held)
+}
+
+// keptHeld fails t unless JOB still holds n jobs, all ack pending: no
+// earlier JOB's ack took them from the worker that holds them.
+func keptHeld(t *testing.T, b *testBundle, n int) {
+	t.Helper()
+	time.Sleep(500 * time.Millisecond) // for the earlier JOB's acks, had they been sent
+	if st := b.status(t); st.Stream.Messages != uint64(n) || st.Consumer.AckPending != n {
+		t.Errorf("JOB holds %d jobs, %d of them ack pending; want %d and %d: the earlier JOB's acks took the new jobs", st.Stream.Messages, st.Consumer.AckPending, n, n)
+	}
+}
+
 // A pool holds jobs of JOB when JOB is deleted and made anew, and new jobs
 // are stored at their sequences. The server matches an ack by its stream
 // sequence alone, so the earlier jobs' acks, sent once their handlers
 // return, would take the new jobs at those sequences from another worker
 // that holds them, and from JOB: lost, should that worker stop before it
 // acks. The pool sends the earlier JOB's jobs no ack, Nak or heartbeat once
-// it saw JOB deleted.
+// it knows JOB was deleted.
 func TestEarlierJOBsJobsDoNotAckTheNewJOBsJobs(t *testing.T) {
 	for _, noLedger := range []bool{false, true} {
 		t.Run(fmt.Sprintf("no ledger %v", noLedger), func(t *testing.T) {
@@ -907,19 +934,9 @@ func TestEarlierJOBsJobsDoNotAckTheNewJOBsJobs(t *testing.T) {
 			b2 := remakeJobs(t, b, cfg)
 			b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
 			b2.enqueue(t, "job.a", "b2", "x") // and seq 2
-			// Another worker takes both and stops before it acks them.
-			batch, err := b2.obj.Worker.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var held []string
-			for m := range batch.Messages() {
-				held = append(held, m.Headers().Get(nats.MsgIdHdr))
-			}
-			if fmt.Sprint(held) != "[b1 b2]" {
+			if held := heldElsewhere(t, b2, 2); held != "[b1 b2]" {
 				t.Fatalf("the other worker holds %v, want [b1 b2]", held)
 			}
-
 			close(release)
 			for _, want := range []string{"a1", "a2"} {
 				select {
@@ -934,11 +951,93 @@ func TestEarlierJOBsJobsDoNotAckTheNewJOBsJobs(t *testing.T) {
 			if !noLedger {
 				b2.waitState(t, "a2", data.StateDone)
 			}
-			time.Sleep(500 * time.Millisecond) // for the acks, had they been sent
-			st := b2.status(t)
-			if st.Stream.Messages != 2 || st.Consumer.AckPending != 2 {
-				t.Errorf("JOB holds %d jobs, %d of them ack pending; want 2 and 2: the earlier JOB's acks took the new jobs", st.Stream.Messages, st.Consumer.AckPending)
+			keptHeld(t, b2, 2)
+		})
+	}
+}
+
+// The same when the server's advisory of JOB's deletion does not go out,
+// as it may not while other workers' pulls wait (the deleted stream's loop
+// ends before it sends it): the pool learns of it from its own pull's end
+// (409 Consumer Deleted), or by looking JOB up.
+func TestEarlierJOBsJobsDoNotAckTheNewJOBsJobsWithoutTheAdvisory(t *testing.T) {
+	for i := range 10 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			cfg := queue.Config{Workers: 1, Prefetch: 1, NoLedger: true}
+			b := setup(t, cfg)
+			started, release := make(chan struct{}, 1), make(chan struct{})
+			returned := make(chan struct{}, 1)
+			b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+				started <- struct{}{}
+				<-release
+				returned <- struct{}{}
+				return nil
+			}))
+			b.enqueue(t, "job.a", "a1", "x") // seq 1
+			<-started
+			// 20 idle workers elsewhere, each with a pull waiting.
+			nc := servertest.Connect(t, b.srv)
+			inbox := nc.NewInbox()
+			if _, err := nc.SubscribeSync(inbox); err != nil {
+				t.Fatal(err)
 			}
+			for range 20 {
+				if err := nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.JOB.WORKER", inbox, []byte(`{"batch":1,"expires":30000000000}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+
+			b2 := remakeJobs(t, b, cfg)
+			// The other worker's pull waits ahead of the pool's next one.
+			held := make(chan string, 1)
+			go func() { held <- heldElsewhere(t, b2, 1) }()
+			time.Sleep(50 * time.Millisecond)
+			b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
+			if got := <-held; got != "[b1]" {
+				t.Fatalf("the other worker holds %v, want [b1]", got)
+			}
+			close(release)
+			<-returned
+			keptHeld(t, b2, 1)
+		})
+	}
+}
+
+// jobq next runs a job of JOB while JOB is deleted and made anew: its ack
+// must not take the new JOB's job at its sequence either.
+func TestNextDoesNotAckTheNewJOBsJob(t *testing.T) {
+	for _, noLedger := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no ledger %v", noLedger), func(t *testing.T) {
+			t.Parallel()
+			cfg := queue.Config{NoLedger: noLedger}
+			b := setup(t, cfg)
+			b.enqueue(t, "job.a", "a1", "x") // seq 1
+			started, release := make(chan struct{}), make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				_, err := queue.Next(context.Background(), b.obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+					close(started)
+					<-release
+					return nil
+				}), 5*time.Second, servertest.Logger(t))
+				done <- err
+			}()
+			<-started
+			b2 := remakeJobs(t, b, cfg)
+			b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
+			if held := heldElsewhere(t, b2, 1); held != "[b1]" {
+				t.Fatalf("the other worker holds %v, want [b1]", held)
+			}
+			close(release)
+			if err := <-done; err != nil {
+				t.Logf("next: %v", err)
+			}
+			keptHeld(t, b2, 1)
 		})
 	}
 }

@@ -260,10 +260,32 @@ func TestSweepLeavesAJobOnALiveLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	moved, err := p.sweepSeq(context.Background(), ack.Sequence)
+	moved, err := p.sweepSeq(context.Background(), exhausted{seq: ack.Sequence, at: time.Now()})
 	close(release)
 	if err != nil || moved {
 		t.Fatalf("sweep of a job on a live lease: got moved %v, %v; want left alone", moved, err)
+	}
+}
+
+// A MAX_DELIVERIES advisory that waited for the sweeper while JOB was made
+// anew names the sequence of a new job that never ran: the sweep leaves it
+// alone, as it was stored after the advisory went out. It was dead-lettered
+// unrun.
+func TestSweepOfAnAdvisoryLeavesAJobStoredSince(t *testing.T) {
+	t.Parallel()
+	obj := leasingObjects(t)
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
+	sent := time.Now().Add(-time.Second) // the advisory of an earlier JOB's job
+	ack, err := NewProducer(obj.JS, obj.Config).Enqueue(context.Background(), "job.x", []byte("x"), EnqueueOptions{ID: "N"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := p.sweepSeq(context.Background(), exhausted{seq: ack.Sequence, at: sent})
+	if err != nil || moved {
+		t.Fatalf("sweep of an advisory sent before the job at its sequence was stored: moved %v, %v; want it left alone", moved, err)
+	}
+	if _, err := obj.Jobs.GetMsg(context.Background(), ack.Sequence); err != nil {
+		t.Errorf("the new job is gone from JOB: %v", err)
 	}
 }
 
@@ -669,7 +691,7 @@ func TestSweepStopsWhenThePoolStops(t *testing.T) {
 	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("x"), EnqueueOptions{ID: "X"}); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := fetchOne(ctx, obj, 5*time.Second); err != nil || msg == nil {
+	if msg, err := fetchOne(ctx, obj, nil, 5*time.Second); err != nil || msg == nil {
 		t.Fatalf("fetch X: %v, %v", msg, err) // and never acked: its one delivery runs out
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {

@@ -36,6 +36,9 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 	if err := p.settleProtocol(ctx); err != nil {
 		return false, err
 	}
+	// Its job's ack, Nak or heartbeat each look JOB up first (see
+	// errEarlierJOB).
+	stream := newJobStream(obj, true)
 	deadline := time.Now().Add(wait)
 	for first := true; !ran; first = false {
 		left := time.Until(deadline)
@@ -44,7 +47,7 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 		}
 		// A job that is waiting comes at once; a pull needs a wait of its
 		// own, so one with no wait (--wait 0) takes it too.
-		msg, err := fetchOne(ctx, obj, max(left, minPullWait))
+		msg, err := fetchOne(ctx, obj, stream, max(left, minPullWait))
 		if err != nil || msg == nil {
 			return false, err
 		}
@@ -94,10 +97,19 @@ func Peek(ctx context.Context, obj *Objects, wait time.Duration, f func(*data.Jo
 
 // fetchOne pulls one job, waiting up to wait: nil if none came. It makes
 // its pull as the pool does, so a job with a Status header of its own is
-// not taken for the server's word (nats.go's Fetch would).
-func fetchOne(ctx context.Context, obj *Objects, wait time.Duration) (jetstream.Msg, error) {
+// not taken for the server's word (nats.go's Fetch would). stream, if not
+// nil, keeps the job's ack from reaching a JOB made anew (see
+// errEarlierJOB).
+func fetchOne(ctx context.Context, obj *Objects, stream *jobStream, wait time.Duration) (jetstream.Msg, error) {
 	var msg jetstream.Msg
-	if _, err := pullJobs(ctx, obj.JS.Conn(), 1, 0, wait, func(m *nats.Msg) { msg = newJobMsg(m) }); err != nil {
+	take := func(m *nats.Msg) {
+		jm := newJobMsg(m)
+		if stream != nil {
+			jm.stream, jm.of = stream, stream.now()
+		}
+		msg = jm
+	}
+	if _, err := pullJobs(ctx, obj.JS.Conn(), 1, 0, wait, take); err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", ConsumerWorker, err)
 	}
 	if err := ctx.Err(); err != nil {

@@ -88,10 +88,9 @@ type Pool struct {
 	// ask again, and fail if they cannot tell either.
 	leasingErr error
 
-	// jobDeletions counts the deletions of JOB the pool saw (see
-	// watchJobStream): a job fetched before one is an earlier JOB's, and
-	// gets no ack, Nak or heartbeat (see errEarlierJOB).
-	jobDeletions atomic.Uint64
+	// stream tells the jobs of an earlier JOB, deleted since they were
+	// fetched, which get no ack, Nak or heartbeat (see errEarlierJOB).
+	stream *jobStream
 
 	running     atomic.Bool
 	stopping    atomic.Bool   // Stop began: no handler starts any more
@@ -197,20 +196,6 @@ func jobStreamCreated(js jetstream.JetStream) func(context.Context) (time.Time, 
 	}
 }
 
-// watchJobStream counts JOB's deletions in jobDeletions. It is called
-// before the first fetch; a deletion while the pool's connection is down
-// goes unseen.
-func (p *Pool) watchJobStream() (*nats.Subscription, error) {
-	sub, err := p.obj.JS.Conn().Subscribe(advisoryJobStreamDeleted, func(*nats.Msg) {
-		p.jobDeletions.Add(1)
-		p.log.Warn().Msg(StreamJob + " was deleted: the jobs of it that this pool holds still run, and get no ack, Nak or heartbeat, which the server would take for the jobs at their sequences in a " + StreamJob + " made anew")
-	})
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", advisoryJobStreamDeleted, err)
-	}
-	return sub, nil
-}
-
 // unsent logs a job's ack or Nak that failed with err, unless it was not
 // sent for a job of a JOB deleted since (see errEarlierJOB); it reports
 // whether it was not.
@@ -256,6 +241,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		p.keepPullLimits(info.Config)
 	}
 	p.ledger.SetJobStreamCreated(jobStreamCreated(obj.JS))
+	p.stream = newJobStream(obj, false)
 	p.lease.max = leaseBytes(obj.JS.Conn().MaxPayload())
 	return p
 }
@@ -278,8 +264,10 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.running.Store(false)
 		return err
 	}
-	deletions, err := p.watchJobStream()
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watched, err := p.stream.watch(watchCtx)
 	if err != nil {
+		stopWatch()
 		p.running.Store(false)
 		sub.Unsubscribe()
 		return err
@@ -291,7 +279,8 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.stopping.Load() {
 		p.running.Store(false)
 		sub.Unsubscribe()
-		deletions.Unsubscribe()
+		stopWatch()
+		<-watched
 		return errPoolStopped
 	}
 	fetchCtx, fetchCancel := context.WithCancel(ctx)
@@ -334,7 +323,10 @@ func (p *Pool) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(p.finished)
-		defer deletions.Unsubscribe() // no job is acked after the acker's
+		defer func() { // no job is acked after the acker's
+			stopWatch()
+			<-watched
+		}()
 		p.ackAll(workCtx)
 	}()
 	beatCtx, beatCancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +25,10 @@ type pullRequest struct {
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
+// errWorkerDeleted: WORKER was deleted while a pull waited, on its own or
+// with JOB.
+var errWorkerDeleted = errors.New("409 Consumer Deleted")
+
 // errPullRefused is a pull the server ended for a reason other than its
 // wait or its byte budget running out, such as WORKER's limits on a pull.
 var errPullRefused = errors.New("pull refused by the server")
@@ -41,6 +44,11 @@ var errPullRefused = errors.New("pull refused by the server")
 // are admitted (see pullJobs).
 func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, error) {
 	got, err := pullJobs(ctx, p.obj.JS.Conn(), n, maxBytes, p.fetchWait, p.admit)
+	if errors.Is(err, errWorkerDeleted) {
+		// With JOB, maybe: the jobs of it that the pool holds get no ack
+		// until a look-up tells (see jobStream).
+		p.stream.mayBeGone()
+	}
 	if err != nil {
 		p.log.Warn().Err(err).Msg("fetch jobs")
 	}
@@ -149,6 +157,8 @@ func (pl *pull) receive(m *nats.Msg) {
 		case code == "409" && desc == "Message Size Exceeds MaxBytes":
 			// the next job does not fit; see fetch
 		case code == "409" && desc == "Batch Completed":
+		case code == "409" && desc == "Consumer Deleted":
+			err = fmt.Errorf("%w: %w", errPullRefused, errWorkerDeleted)
 		default:
 			err = fmt.Errorf("%w: %s %s", errPullRefused, code, desc)
 		}
@@ -202,11 +212,10 @@ type jobMsg struct {
 	msg  *nats.Msg
 	meta jetstream.MsgMetadata // in the same allocation
 	err  error
-	// deletions counts the deletions of JOB that the pool that fetched
-	// the job saw, seen what it counted then (see Pool.jobDeletions); nil
-	// for a job fetched outside a pool.
-	deletions *atomic.Uint64
-	seen      uint64
+	// stream tells whether the job is of the JOB there is now, of says
+	// which JOB was there when it was fetched (see jobStream).
+	stream *jobStream
+	of     int64
 }
 
 func newJobMsg(m *nats.Msg) *jobMsg {
@@ -295,17 +304,10 @@ func (m *jobMsg) Headers() nats.Header { return m.msg.Header }
 func (m *jobMsg) Subject() string      { return m.msg.Subject }
 func (m *jobMsg) Reply() string        { return m.msg.Reply }
 
-// errEarlierJOB is an ack, Nak or heartbeat not sent for a job of a JOB that
-// was deleted since its pool fetched it. The server matches each by its
-// stream sequence alone, so once JOB is made anew it would reach the new
-// JOB's job at that sequence: an ack would remove that job, held by
-// another worker, from JOB, and lose it should that worker stop before it
-// acks; a Nak would deliver it again while it runs.
-var errEarlierJOB = errors.New("not acknowledged: " + StreamJob + " was deleted since the job was delivered, and the server would take the ack for the job at its sequence in the " + StreamJob + " made anew")
-
-// earlierJOB is errEarlierJOB if m's JOB was deleted since it was fetched.
+// earlierJOB is errEarlierJOB if m is a job of a JOB deleted since it was
+// fetched.
 func (m *jobMsg) earlierJOB() error {
-	if m.deletions != nil && m.deletions.Load() != m.seen {
+	if m.stream != nil && m.stream.earlier(m.of, m.meta.Timestamp) {
 		return errEarlierJOB
 	}
 	return nil

@@ -75,14 +75,19 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
-// sweepSeq moves the job at seq, named by a MAX_DELIVERIES advisory.
-func (p *Pool) sweepSeq(ctx context.Context, seq uint64) (bool, error) {
-	m, err := p.obj.Jobs.GetMsg(ctx, seq)
+// sweepSeq moves the job named by a MAX_DELIVERIES advisory. A job stored
+// after the advisory went out is another, of a JOB made anew since, at the
+// exhausted job's sequence: it is left alone.
+func (p *Pool) sweepSeq(ctx context.Context, e exhausted) (bool, error) {
+	m, err := p.obj.Jobs.GetMsg(ctx, e.seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", StreamJob, err)
+	}
+	if !e.at.IsZero() && m.Time.After(e.at) {
+		return false, nil
 	}
 	return p.sweepOne(ctx, m)
 }
@@ -159,20 +164,28 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	return true, nil
 }
 
+// exhausted is a MAX_DELIVERIES advisory's job: its sequence in JOB, and
+// when the advisory was sent (the server's time; zero if it did not say).
+type exhausted struct {
+	seq uint64
+	at  time.Time
+}
+
 // watchExhausted subscribes to WORKER's MAX_DELIVERIES advisories. It is
 // called before the first fetch, so no advisory is missed while jobq runs.
-func (p *Pool) watchExhausted() (*nats.Subscription, chan uint64, error) {
-	seqs := make(chan uint64, 1024)
+func (p *Pool) watchExhausted() (*nats.Subscription, chan exhausted, error) {
+	seqs := make(chan exhausted, 1024)
 	sub, err := p.obj.JS.Conn().Subscribe(AdvisoryMaxDeliveries, func(m *nats.Msg) {
 		var adv struct {
-			StreamSeq uint64 `json:"stream_seq"`
+			StreamSeq uint64    `json:"stream_seq"`
+			Time      time.Time `json:"timestamp"`
 		}
 		if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
 			p.log.Warn().Err(err).Msg("unreadable max deliveries advisory")
 			return
 		}
 		select {
-		case seqs <- adv.StreamSeq:
+		case seqs <- exhausted{seq: adv.StreamSeq, at: adv.Time}:
 		default: // full: the periodic sweep finds it
 		}
 	})
@@ -185,7 +198,7 @@ func (p *Pool) watchExhausted() (*nats.Subscription, chan uint64, error) {
 // sweeper moves the job of every advisory, and runs sweep at start and every
 // AckWait, until ctx ends. Each step runs to its end, or a minute, unless
 // stepCtx ends first.
-func (p *Pool) sweeper(ctx, stepCtx context.Context, seqs <-chan uint64) {
+func (p *Pool) sweeper(ctx, stepCtx context.Context, seqs <-chan exhausted) {
 	t := time.NewTicker(p.cfg.AckWait)
 	defer t.Stop()
 	run := func(f func(context.Context) (int, error)) {
@@ -204,9 +217,9 @@ func (p *Pool) sweeper(ctx, stepCtx context.Context, seqs <-chan uint64) {
 		select {
 		case <-ctx.Done():
 			return
-		case seq := <-seqs:
+		case e := <-seqs:
 			run(func(ctx context.Context) (int, error) {
-				ok, err := p.sweepSeq(ctx, seq)
+				ok, err := p.sweepSeq(ctx, e)
 				if ok {
 					return 1, err
 				}

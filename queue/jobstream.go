@@ -1,0 +1,121 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errEarlierJOB is an ack, Nak or heartbeat not sent for a job of a JOB that
+// was deleted since the job was fetched. The server matches each by its
+// stream sequence alone, so once JOB is made anew it would reach the new
+// JOB's job at that sequence: an ack would remove that job, held by
+// another worker, from JOB, and lose it should that worker stop before it
+// acks; a Nak would deliver it again while it runs.
+var errEarlierJOB = errors.New("not acknowledged: " + StreamJob + " was deleted since the job was delivered, and the server would take the ack for the job at its sequence in the " + StreamJob + " made anew")
+
+// jobStreamWatchEvery is how often a pool looks JOB up, to learn of a JOB
+// made anew whose deletion it was not told of: the server's advisory of a
+// deleted stream does not always go out.
+const jobStreamWatchEvery = time.Second
+
+// mayBeGone is jobStream.created while JOB may have been deleted since it
+// was last looked up.
+const mayBeGone = math.MaxInt64
+
+// jobStream tells whether a delivery is of the JOB there is now (see
+// errEarlierJOB). It knows when JOB was created, as last looked up; a job
+// fetched since is of that JOB. A job fetched while it knew another is of
+// an earlier JOB if it was stored before the JOB there is now was created:
+// one stored after is the new JOB's, fetched before the look-up.
+type jobStream struct {
+	js jetstream.JetStream
+	// created is the UnixNano of JOB's creation, the server's time, as
+	// last looked up; mayBeGone while JOB may have been deleted since.
+	created atomic.Int64
+	// told counts what said that JOB may be gone: a look-up sent before
+	// one of them does not undo it.
+	told atomic.Uint64
+	// eager: look JOB up again before each check, for a single job (jobq
+	// next), rather than keep watching it.
+	eager bool
+}
+
+// newJobStream tracks the JOB of obj, as looked up last (obj.Jobs).
+func newJobStream(obj *Objects, eager bool) *jobStream {
+	s := &jobStream{js: obj.JS, eager: eager}
+	if info := obj.Jobs.CachedInfo(); info != nil {
+		s.created.Store(info.Created.UnixNano())
+	}
+	return s
+}
+
+// mayBeGone marks JOB as possibly deleted, until a look-up sent after says.
+func (s *jobStream) mayBeGone() {
+	s.told.Add(1)
+	s.created.Store(mayBeGone)
+}
+
+// lookUp reads when JOB was created. Without an answer what it knew stays.
+func (s *jobStream) lookUp(ctx context.Context) {
+	told := s.told.Load()
+	st, err := s.js.Stream(ctx, StreamJob)
+	if s.told.Load() != told {
+		return // the next look-up tells
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		s.created.Store(mayBeGone)
+	case err == nil:
+		s.created.Store(st.CachedInfo().Created.UnixNano())
+	}
+}
+
+// now is the JOB there is now, as last looked up, for a job fetched now.
+func (s *jobStream) now() int64 { return s.created.Load() }
+
+// earlier reports whether a job stored at stored, and fetched while the JOB
+// was of, is of a JOB deleted since.
+func (s *jobStream) earlier(of int64, stored time.Time) bool {
+	if s.eager {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		s.lookUp(ctx)
+		cancel()
+	}
+	now := s.created.Load()
+	return now != of && stored.UnixNano() < now
+}
+
+// watch keeps s up to date until ctx ends: JOB may be gone once the server
+// says it was deleted, or that WORKER was (see errWorkerDeleted), and is
+// looked up every jobStreamWatchEvery. It subscribes before it returns.
+func (s *jobStream) watch(ctx context.Context) (stopped <-chan struct{}, err error) {
+	sub, err := s.js.Conn().Subscribe(advisoryJobStreamDeleted, func(*nats.Msg) { s.mayBeGone() })
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", advisoryJobStreamDeleted, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer sub.Unsubscribe()
+		t := time.NewTicker(jobStreamWatchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				opCtx, cancel := context.WithTimeout(ctx, jobStreamWatchEvery)
+				s.lookUp(opCtx)
+				cancel()
+			}
+		}
+	}()
+	return done, nil
+}
