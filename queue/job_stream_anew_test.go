@@ -773,7 +773,15 @@ func TestRedriveDoesNotTakeANewJOBsCopyForItsDeadLetteredJob(t *testing.T) {
 		ran = append(ran, fmt.Sprintf("seq %d=%s", job.Seq, job.Payload))
 		return nil
 	}))
-	b2.waitDrained(t)
+	// Both copies of A need a claim. On a loaded machine the re-drive may
+	// meet the new copy's live claim, and wait for its lease to end (up to
+	// two thirds of the ack wait) before it runs.
+	waitFor(t, time.Minute, func() error {
+		if st := b2.status(t); st.Stream.Messages != 0 || st.Consumer.AckPending != 0 {
+			return fmt.Errorf("JOB holds %d jobs, %d ack pending; want 0 and 0", st.Stream.Messages, st.Consumer.AckPending)
+		}
+		return nil
+	})
 	time.Sleep(300 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()

@@ -62,58 +62,87 @@ func (s *jobStream) mayBeGone() {
 	s.created.Store(mayBeGone)
 }
 
-// lookUp reads when JOB was created. Without an answer what it knew stays.
-func (s *jobStream) lookUp(ctx context.Context) {
+// lookUp reads when JOB was created, and reports whether it was told.
+// Without an answer what it knew stays.
+func (s *jobStream) lookUp(ctx context.Context) bool {
 	told := s.told.Load()
 	st, err := s.js.Stream(ctx, StreamJob)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) || s.told.Load() != told {
+		return false // the next look-up tells
+	}
+	created := int64(mayBeGone)
+	if err == nil {
+		created = st.CachedInfo().Created.UnixNano()
+	}
+	s.created.Store(created)
 	if s.told.Load() != told {
-		return // the next look-up tells
+		s.created.Store(mayBeGone) // told meanwhile: the next look-up tells
 	}
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		s.created.Store(mayBeGone)
-	case err == nil:
-		s.created.Store(st.CachedInfo().Created.UnixNano())
-	}
+	return true
 }
 
 // now is the JOB there is now, as last looked up, for a job fetched now.
 func (s *jobStream) now() int64 { return s.created.Load() }
 
 // earlier reports whether a job stored at stored, and fetched while the JOB
-// was of, is of a JOB deleted since.
+// was of, may be of a JOB deleted since. While the connection is down it
+// may: an ack would wait in the client's reconnect buffer, to go out once
+// JOB may have been made anew, unseen.
 func (s *jobStream) earlier(of int64, stored time.Time) bool {
+	if !s.js.Conn().IsConnected() {
+		return true
+	}
 	if s.eager {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		s.lookUp(ctx)
+		told := s.lookUp(ctx)
 		cancel()
+		if !told {
+			return true
+		}
 	}
 	now := s.created.Load()
 	return now != of && stored.UnixNano() < now
 }
 
 // watch keeps s up to date until ctx ends: JOB may be gone once the server
-// says it was deleted, or that WORKER was (see errWorkerDeleted), and is
-// looked up every jobStreamWatchEvery. It subscribes before it returns.
+// says it was deleted, or that WORKER was (see errWorkerDeleted), or once
+// the connection went down, until a look-up after says; it is looked up at
+// once when the connection is back, and every jobStreamWatchEvery. It
+// subscribes before it returns.
 func (s *jobStream) watch(ctx context.Context) (stopped <-chan struct{}, err error) {
-	sub, err := s.js.Conn().Subscribe(advisoryJobStreamDeleted, func(*nats.Msg) { s.mayBeGone() })
+	nc := s.js.Conn()
+	sub, err := nc.Subscribe(advisoryJobStreamDeleted, func(*nats.Msg) { s.mayBeGone() })
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to %s: %w", advisoryJobStreamDeleted, err)
+	}
+	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED)
+	if !nc.IsConnected() {
+		s.mayBeGone()
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer sub.Unsubscribe()
+		defer nc.RemoveStatusListener(status)
 		t := time.NewTicker(jobStreamWatchEvery)
 		defer t.Stop()
+		lookUp := func() {
+			opCtx, cancel := context.WithTimeout(ctx, jobStreamWatchEvery)
+			s.lookUp(opCtx)
+			cancel()
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case st := <-status:
+				if st == nats.CONNECTED {
+					lookUp()
+				} else {
+					s.mayBeGone()
+				}
 			case <-t.C:
-				opCtx, cancel := context.WithTimeout(ctx, jobStreamWatchEvery)
-				s.lookUp(opCtx)
-				cancel()
+				lookUp()
 			}
 		}
 	}()

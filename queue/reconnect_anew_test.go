@@ -1,0 +1,197 @@
+package queue_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
+	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server"
+	"github.com/jobq/jobq/server/servertest"
+)
+
+// cutProxy forwards TCP to a server until cut, and refuses connections
+// while cut.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.down {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, s)
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() { defer p.wg.Done(); io.Copy(c, s); c.Close() }()
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
+func waitStatus(t *testing.T, nc *nats.Conn, want nats.Status) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); nc.Status() != want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("connection is %v, want %v", nc.Status(), want)
+		}
+	}
+}
+
+// cutConnection connects to srv through a proxy that can cut the
+// connection, which then reconnects for good once restored.
+func cutConnection(t *testing.T, srv *server.Server) (*cutProxy, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	px := newCutProxy(t, srv.ClientURL()[len("nats://"):])
+	nc, err := nats.Connect("nats://"+px.ln.Addr().String(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return px, nc, js
+}
+
+// A pool on a server of its own (jobq serve --server) loses its connection
+// while JOB is deleted and made anew. The job it holds finishes meanwhile:
+// its ack, checked against the JOB last looked up (the look-ups fail while
+// the connection is down), goes into nats.go's reconnect buffer, and is
+// sent once the connection is back, before any look-up: it takes the new
+// JOB's job at its sequence from the worker that holds it.
+func TestEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	cfg := queue.Config{Workers: 1, Prefetch: 1, NoLedger: true}
+	srv := servertest.StartListening(t)
+	b := setupOn(t, srv, cfg)
+	px, pnc, pjs := cutConnection(t, srv)
+	pobj, err := b.obj.Bind(context.Background(), pjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := *b
+	bp.obj = pobj
+	started, release, returned := make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, 1)
+	bp.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		started <- struct{}{}
+		<-release
+		returned <- struct{}{}
+		return nil
+	}))
+	b.enqueue(t, "job.a", "a1", "x") // seq 1
+	<-started
+
+	px.cut()
+	waitStatus(t, pnc, nats.RECONNECTING)
+	b2 := remakeJobs(t, b, cfg)
+	b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
+	if held := heldElsewhere(t, b2, 1); held != "[b1]" {
+		t.Fatalf("the other worker holds %v, want [b1]", held)
+	}
+	close(release)
+	<-returned
+	time.Sleep(2500 * time.Millisecond) // the ack, and a few failed look-ups
+	px.restore()
+	waitStatus(t, pnc, nats.CONNECTED)
+	keptHeld(t, b2, 1)
+}
+
+// The same for jobq next, whose look-up before the ack fails while the
+// connection is down: the ack is sent, into the reconnect buffer.
+func TestNextsEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	cfg := queue.Config{NoLedger: true}
+	srv := servertest.StartListening(t)
+	b := setupOn(t, srv, cfg)
+	px, pnc, pjs := cutConnection(t, srv)
+	pobj, err := queue.Open(context.Background(), pjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pobj.Config.NoLedger = true      // jobq next --no-ledger
+	b.enqueue(t, "job.a", "a1", "x") // seq 1
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := queue.Next(context.Background(), pobj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+			close(started)
+			<-release
+			return nil
+		}), 5*time.Second, servertest.Logger(t))
+		done <- err
+	}()
+	<-started
+	px.cut()
+	waitStatus(t, pnc, nats.RECONNECTING)
+	b2 := remakeJobs(t, b, cfg)
+	b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
+	if held := heldElsewhere(t, b2, 1); held != "[b1]" {
+		t.Fatalf("the other worker holds %v, want [b1]", held)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Logf("next: %v", err)
+	}
+	px.restore()
+	waitStatus(t, pnc, nats.CONNECTED)
+	keptHeld(t, b2, 1)
+}
