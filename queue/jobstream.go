@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,23 +86,33 @@ func (s *jobStream) lookUp(ctx context.Context) bool {
 func (s *jobStream) now() int64 { return s.created.Load() }
 
 // earlier reports whether a job stored at stored, and fetched while the JOB
-// was of, may be of a JOB deleted since. While the connection is down it
-// may: an ack would wait in the client's reconnect buffer, to go out once
-// JOB may have been made anew, unseen.
+// was of, may be of a JOB deleted since, for its ack, Nak or Term. While the
+// connection is down it may: sent, they would wait in the client's
+// reconnect buffer, to go out once JOB may have been made anew, unseen.
+// An eager jobStream looks JOB up first; if it cannot, it goes by what it
+// knew.
 func (s *jobStream) earlier(of int64, stored time.Time) bool {
 	if !s.js.Conn().IsConnected() {
 		return true
 	}
 	if s.eager {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		told := s.lookUp(ctx)
+		s.lookUp(ctx)
 		cancel()
-		if !told {
-			return true
-		}
 	}
 	now := s.created.Load()
 	return now != of && stored.UnixNano() < now
+}
+
+// knownEarlier reports whether a job stored at stored, and fetched while
+// the JOB was of, is of a JOB deleted since, as a look-up found: for its
+// heartbeats, which go out still while JOB may be gone (the connection
+// down, say), so that its ack wait is reset once the connection is back,
+// not run out. Sent to a JOB made anew, one would only put off the
+// redelivery of the job at its sequence.
+func (s *jobStream) knownEarlier(of int64, stored time.Time) bool {
+	now := s.created.Load()
+	return now != of && now != mayBeGone && stored.UnixNano() < now
 }
 
 // watch keeps s up to date until ctx ends: JOB may be gone once the server
@@ -120,30 +131,44 @@ func (s *jobStream) watch(ctx context.Context) (stopped <-chan struct{}, err err
 		s.mayBeGone()
 	}
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer sub.Unsubscribe()
-		defer nc.RemoveStatusListener(status)
-		t := time.NewTicker(jobStreamWatchEvery)
-		defer t.Stop()
-		lookUp := func() {
-			opCtx, cancel := context.WithTimeout(ctx, jobStreamWatchEvery)
-			s.lookUp(opCtx)
-			cancel()
-		}
+	back := make(chan struct{}, 1) // the connection is back: look JOB up
+	var statuses sync.WaitGroup
+	// The connection's statuses have a goroutine of their own, so that a
+	// look-up under way does not hold up the mark of JOB maybe gone.
+	statuses.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case st := <-status:
-				if st == nats.CONNECTED {
-					lookUp()
-				} else {
+				if st != nats.CONNECTED {
 					s.mayBeGone()
+					continue
 				}
-			case <-t.C:
-				lookUp()
+				select {
+				case back <- struct{}{}:
+				default:
+				}
 			}
+		}
+	})
+	go func() {
+		defer close(done)
+		defer sub.Unsubscribe()
+		defer nc.RemoveStatusListener(status)
+		defer statuses.Wait()
+		t := time.NewTicker(jobStreamWatchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-back:
+			case <-t.C:
+			}
+			opCtx, cancel := context.WithTimeout(ctx, jobStreamWatchEvery)
+			s.lookUp(opCtx)
+			cancel()
 		}
 	}()
 	return done, nil

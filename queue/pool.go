@@ -158,7 +158,8 @@ type inflight struct {
 	// then, later than claim says (see unrecorded).
 	renewedTo time.Time
 	// sendErr: its handler succeeded and its done record could not be
-	// sent (for jobq next, which reports it).
+	// sent, or, without the ledger, its ack (for jobq next, which reports
+	// it).
 	sendErr error
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
@@ -509,7 +510,10 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	ran := p.runOne(ctx, it)
 	returned = true
 	if !ran {
-		if it.sendErr != nil {
+		switch {
+		case errors.Is(it.sendErr, errEarlierJOB):
+			return fmt.Errorf("job %s ran, but was not acknowledged: %w; it will be delivered and run again", job.ID, it.sendErr)
+		case it.sendErr != nil:
 			return fmt.Errorf("job %s ran, but its done record could not be sent: %w; it is released and will run again, as a resumed attempt", job.ID, it.sendErr)
 		}
 		return nil
@@ -530,7 +534,9 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	}
 	p.cfg.Metrics.jobCompleted(job.Subject)
 	p.observe(job, data.StateDone, it.took, nil)
-	p.ack(opCtx, msg, *p.jobLog(job))
+	if err := p.ack(opCtx, msg, *p.jobLog(job)); errors.Is(err, errEarlierJOB) {
+		return fmt.Errorf("job %s ran and is recorded done, but was not acknowledged: %w; its next delivery is acked without running", job.ID, err)
+	}
 	return nil
 }
 
@@ -764,8 +770,12 @@ func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 	case herr == nil && p.cfg.NoLedger:
 		p.cfg.Metrics.jobCompleted(it.job.Subject)
 		p.observe(it.job, data.StateDone, it.took, nil)
-		if err := it.msg.Ack(); err != nil && !unsent(err, p.jobLog(it.job)) {
-			p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
+		if err := it.msg.Ack(); err != nil {
+			if unsent(err, p.jobLog(it.job)) {
+				it.sendErr = err // for jobq next, which reports it
+			} else {
+				p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
+			}
 		}
 		return false
 	case herr == nil:
@@ -1213,13 +1223,17 @@ type panicError struct {
 
 func (e *panicError) Error() string { return e.msg }
 
-func (p *Pool) ack(ctx context.Context, msg jetstream.Msg, log zerolog.Logger) {
+// ack acks a job whose outcome is recorded, and returns the error of an ack
+// that failed, after logging it.
+func (p *Pool) ack(ctx context.Context, msg jetstream.Msg, log zerolog.Logger) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	if err := msg.DoubleAck(actx); err != nil && !unsent(err, &log) {
+	err := msg.DoubleAck(actx)
+	if err != nil && !unsent(err, &log) {
 		// The outcome is recorded: a redelivery is acked without running.
 		log.Error().Err(err).Msg("ack job: it will be redelivered and skipped")
 	}
+	return err
 }
 
 func (p *Pool) nak(msg jetstream.Msg, delay time.Duration, log zerolog.Logger) {

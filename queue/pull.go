@@ -342,8 +342,8 @@ func (m *jobMsg) NakWithDelay(d time.Duration) error {
 }
 
 func (m *jobMsg) InProgress() error {
-	if err := m.earlierJOB(); err != nil {
-		return err
+	if m.stream != nil && m.stream.knownEarlier(m.of, m.meta.Timestamp) {
+		return errEarlierJOB
 	}
 	return m.msg.InProgress()
 }

@@ -1,10 +1,12 @@
 package queue_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,4 +196,163 @@ func TestNextsEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	px.restore()
 	waitStatus(t, pnc, nats.CONNECTED)
 	keptHeld(t, b2, 1)
+}
+
+// A pool's connection goes down for most of the ack wait while a job runs.
+// Its heartbeats go out still, into the reconnect buffer, to reset the ack
+// wait once the connection is back; held back, they let the ack wait run
+// out, and the server delivered the running job to another pool, which
+// ran it beside the first.
+func TestShortOutageDoesNotRedeliverARunningJob(t *testing.T) {
+	t.Parallel()
+	cfg := queue.Config{Workers: 1, Prefetch: 1, NoLedger: true, AckWait: 5 * time.Second}
+	srv := servertest.StartListening(t)
+	b := setupOn(t, srv, cfg)
+	px, pnc, pjs := cutConnection(t, srv)
+	pobj, err := b.obj.Bind(context.Background(), pjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := *b
+	bp.obj = pobj
+	beats := make(chan time.Time, 64)
+	sub, err := b.nc.Subscribe("$JS.ACK.>", func(m *nats.Msg) {
+		if string(m.Data) == "+WPI" {
+			beats <- time.Now()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	c := newCounter()
+	long := c.wrap(func(ctx context.Context, _ *data.Job) error {
+		select {
+		case <-time.After(10 * time.Second): // two ack waits
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	bp.startPool(t, long)
+	b.enqueue(t, "job.long", "long-1", "x")
+	waitFor(t, 10*time.Second, func() error {
+		if c.get("long-1") == 0 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	b.startPool(t, long) // another process's pool: a redelivery reaches it
+	for len(beats) > 0 {
+		<-beats
+	}
+	<-beats // a heartbeat just went out: cut right after it
+	px.cut()
+	time.Sleep(4 * time.Second) // 0.8 ack waits
+	px.restore()
+	waitStatus(t, pnc, nats.CONNECTED)
+	time.Sleep(10 * time.Second)
+	if got := c.get("long-1"); got != 1 || c.overlap != 0 {
+		t.Errorf("job ran %d times, %d overlapping, after an outage shorter than the ack wait; want 1 and 0", got, c.overlap)
+	}
+}
+
+// infoProxy forwards TCP to a server, and drops the client's look-ups of
+// JOB (STREAM.INFO) once told to.
+type infoProxy struct {
+	ln        net.Listener
+	blackhole atomic.Bool
+}
+
+func newInfoProxy(t *testing.T, target string) *infoProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &infoProxy{ln: ln}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Go(func() {
+				defer s.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 && !(p.blackhole.Load() && bytes.Contains(buf[:n], []byte("$JS.API.STREAM.INFO.JOB"))) {
+						if _, werr := s.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+			wg.Go(func() {
+				_, _ = io.Copy(c, s)
+				c.Close()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// jobq next's look-up of JOB before its ack goes unanswered, the connection
+// up: the ack goes out, by what it knew of JOB. Refused, the job stayed
+// unacked, to run again, while jobq next said it ran.
+func TestNextAcksWhenItCannotLookUpJOB(t *testing.T) {
+	t.Parallel()
+	cfg := queue.Config{NoLedger: true}
+	srv := servertest.StartListening(t)
+	b := setupOn(t, srv, cfg)
+	px := newInfoProxy(t, srv.ClientURL()[len("nats://"):])
+	nc, err := nats.Connect("nats://" + px.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := queue.Open(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Config.NoLedger = true
+	b.enqueue(t, "job.a", "a1", "x")
+	ran, err := queue.Next(context.Background(), obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
+		px.blackhole.Store(true) // JOB's look-ups time out from here
+		return nil
+	}), 5*time.Second, servertest.Logger(t))
+	if !ran || err != nil {
+		t.Fatalf("next: ran %v, %v; want the job run", ran, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if st := b.status(t); st.Stream.Messages != 0 {
+		t.Errorf("JOB holds %d jobs (%d ack pending) after jobq next ran its job: its ack was not sent", st.Stream.Messages, st.Consumer.AckPending)
+	}
 }
