@@ -899,6 +899,18 @@ func heldElsewhere(t *testing.T, b *testBundle, n int) string {
 	return fmt.Sprint(held)
 }
 
+// remakeWithB1HeldElsewhere makes JOB anew, stores b1 at its seq 1, and
+// has another worker hold it (see heldElsewhere).
+func remakeWithB1HeldElsewhere(t *testing.T, b *testBundle, cfg queue.Config) *testBundle {
+	t.Helper()
+	b2 := remakeJobs(t, b, cfg)
+	b2.enqueue(t, "job.a", "b1", "x")
+	if held := heldElsewhere(t, b2, 1); held != "[b1]" {
+		t.Fatalf("the other worker holds %v, want [b1]", held)
+	}
+	return b2
+}
+
 // keptHeld fails t unless JOB still holds n jobs, all ack pending: no
 // earlier JOB's ack took them from the worker that holds them.
 func keptHeld(t *testing.T, b *testBundle, n int) {
@@ -1036,11 +1048,7 @@ func TestNextDoesNotAckTheNewJOBsJob(t *testing.T) {
 				done <- err
 			}()
 			<-started
-			b2 := remakeJobs(t, b, cfg)
-			b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
-			if held := heldElsewhere(t, b2, 1); held != "[b1]" {
-				t.Fatalf("the other worker holds %v, want [b1]", held)
-			}
+			b2 := remakeWithB1HeldElsewhere(t, b, cfg)
 			close(release)
 			if err := <-done; err != nil {
 				t.Logf("next: %v", err)

@@ -144,11 +144,7 @@ func TestEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 
 	px.cut()
 	waitStatus(t, pnc, nats.RECONNECTING)
-	b2 := remakeJobs(t, b, cfg)
-	b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
-	if held := heldElsewhere(t, b2, 1); held != "[b1]" {
-		t.Fatalf("the other worker holds %v, want [b1]", held)
-	}
+	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
 	close(release)
 	<-returned
 	time.Sleep(2500 * time.Millisecond) // the ack, and a few failed look-ups
@@ -184,11 +180,7 @@ func TestNextsEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	<-started
 	px.cut()
 	waitStatus(t, pnc, nats.RECONNECTING)
-	b2 := remakeJobs(t, b, cfg)
-	b2.enqueue(t, "job.a", "b1", "x") // the new JOB's seq 1
-	if held := heldElsewhere(t, b2, 1); held != "[b1]" {
-		t.Fatalf("the other worker holds %v, want [b1]", held)
-	}
+	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
 	close(release)
 	if err := <-done; err != nil {
 		t.Logf("next: %v", err)
