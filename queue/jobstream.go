@@ -82,6 +82,20 @@ func (s *jobStream) lookUp(ctx context.Context) bool {
 	return true
 }
 
+// lookUpTries looks JOB up until told, at most tries times, each waiting up
+// to wait, and reports whether it was told.
+func (s *jobStream) lookUpTries(tries int, wait time.Duration) bool {
+	for range tries {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		told := s.lookUp(ctx)
+		cancel()
+		if told {
+			return true
+		}
+	}
+	return false
+}
+
 // now is the JOB there is now, as last looked up, for a job fetched now.
 func (s *jobStream) now() int64 { return s.created.Load() }
 
@@ -89,16 +103,14 @@ func (s *jobStream) now() int64 { return s.created.Load() }
 // was of, may be of a JOB deleted since, for its ack, Nak or Term. While the
 // connection is down it may: sent, they would wait in the client's
 // reconnect buffer, to go out once JOB may have been made anew, unseen.
-// An eager jobStream looks JOB up first; if it cannot, it goes by what it
-// knew.
+// An eager jobStream looks JOB up first, a few times if it must; with no
+// answer, it may: such a jobStream watches nothing else that would tell.
 func (s *jobStream) earlier(of int64, stored time.Time) bool {
 	if !s.js.Conn().IsConnected() {
 		return true
 	}
-	if s.eager {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		s.lookUp(ctx)
-		cancel()
+	if s.eager && !s.lookUpTries(3, opTimeout/3) {
+		return true
 	}
 	now := s.created.Load()
 	return now != of && stored.UnixNano() < now
