@@ -911,6 +911,35 @@ func remakeWithB1HeldElsewhere(t *testing.T, b *testBundle, cfg queue.Config) *t
 	return b2
 }
 
+// heldRun is a handler that holds each job it runs until release is
+// closed; started and returned tell when it took and let go of one.
+type heldRun struct{ started, release, returned chan struct{} }
+
+func newHeldRun() *heldRun {
+	return &heldRun{started: make(chan struct{}, 8), release: make(chan struct{}), returned: make(chan struct{}, 8)}
+}
+
+func (h *heldRun) Process(context.Context, *data.Job) error {
+	h.started <- struct{}{}
+	<-h.release
+	h.returned <- struct{}{}
+	return nil
+}
+
+// nextHeld runs jobq next (queue.Next) on obj with a heldRun, and returns
+// once its job started: the run, and where Next's error comes.
+func nextHeld(t *testing.T, obj *queue.Objects) (*heldRun, <-chan error) {
+	t.Helper()
+	h := newHeldRun()
+	done := make(chan error, 1)
+	go func() {
+		_, err := queue.Next(context.Background(), obj, h, 5*time.Second, servertest.Logger(t))
+		done <- err
+	}()
+	<-h.started
+	return h, done
+}
+
 // keptHeld fails t unless JOB still holds n jobs, all ack pending: no
 // earlier JOB's ack took them from the worker that holds them.
 func keptHeld(t *testing.T, b *testBundle, n int) {
@@ -986,16 +1015,10 @@ func TestEarlierJOBsJobsDoNotAckTheNewJOBsJobsWithoutTheAdvisory(t *testing.T) {
 			t.Parallel()
 			cfg := queue.Config{Workers: 1, Prefetch: 1, NoLedger: true}
 			b := setup(t, cfg)
-			started, release := make(chan struct{}, 1), make(chan struct{})
-			returned := make(chan struct{}, 1)
-			b.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-				started <- struct{}{}
-				<-release
-				returned <- struct{}{}
-				return nil
-			}))
+			h := newHeldRun()
+			b.startPool(t, h)
 			b.enqueue(t, "job.a", "a1", "x") // seq 1
-			<-started
+			<-h.started
 			// 20 idle workers elsewhere, each with a pull waiting.
 			nc := servertest.Connect(t, b.srv)
 			inbox := nc.NewInbox()
@@ -1021,8 +1044,8 @@ func TestEarlierJOBsJobsDoNotAckTheNewJOBsJobsWithoutTheAdvisory(t *testing.T) {
 			if got := <-held; got != "[b1]" {
 				t.Fatalf("the other worker holds %v, want [b1]", got)
 			}
-			close(release)
-			<-returned
+			close(h.release)
+			<-h.returned
 			keptHeld(t, b2, 1)
 		})
 	}
@@ -1037,19 +1060,9 @@ func TestNextDoesNotAckTheNewJOBsJob(t *testing.T) {
 			cfg := queue.Config{NoLedger: noLedger}
 			b := setup(t, cfg)
 			b.enqueue(t, "job.a", "a1", "x") // seq 1
-			started, release := make(chan struct{}), make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				_, err := queue.Next(context.Background(), b.obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-					close(started)
-					<-release
-					return nil
-				}), 5*time.Second, servertest.Logger(t))
-				done <- err
-			}()
-			<-started
+			h, done := nextHeld(t, b.obj)
 			b2 := remakeWithB1HeldElsewhere(t, b, cfg)
-			close(release)
+			close(h.release)
 			if err := <-done; err != nil {
 				t.Logf("next: %v", err)
 			}

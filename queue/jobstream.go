@@ -13,13 +13,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// errEarlierJOB is an ack, Nak or heartbeat not sent for a job of a JOB that
-// was deleted since the job was fetched. The server matches each by its
-// stream sequence alone, so once JOB is made anew it would reach the new
-// JOB's job at that sequence: an ack would remove that job, held by
-// another worker, from JOB, and lose it should that worker stop before it
-// acks; a Nak would deliver it again while it runs.
-var errEarlierJOB = errors.New("not acknowledged: " + StreamJob + " was deleted since the job was delivered, and the server would take the ack for the job at its sequence in the " + StreamJob + " made anew")
+// errEarlierJOB is an ack, Nak or Term not sent for a job of a JOB that may
+// have been deleted since the job was fetched, or while the connection is
+// down, which could hide that (see jobStream.earlier); or a heartbeat not
+// sent for a job of a JOB that was. The server matches each by its stream
+// sequence alone, so once JOB is made anew it would reach the new JOB's
+// job at that sequence: an ack would remove that job, held by another
+// worker, from JOB, and lose it should that worker stop before it acks; a
+// Nak would deliver it again while it runs.
+var errEarlierJOB = errors.New(StreamJob + " may have been deleted and made anew since the job was delivered, or the connection to the server is down: an ack now could reach the job at its sequence in a " + StreamJob + " made anew")
 
 // jobStreamWatchEvery is how often a pool looks JOB up, to learn of a JOB
 // made anew whose deletion it was not told of: the server's advisory of a

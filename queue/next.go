@@ -36,7 +36,7 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 	if err := p.settleProtocol(ctx); err != nil {
 		return false, err
 	}
-	// Its job's ack, Nak or heartbeat each look JOB up first (see
+	// Its job's ack, Nak or Term each look JOB up first (see
 	// errEarlierJOB).
 	stream := newJobStream(obj, true)
 	deadline := time.Now().Add(wait)

@@ -88,8 +88,8 @@ type Pool struct {
 	// ask again, and fail if they cannot tell either.
 	leasingErr error
 
-	// stream tells the jobs of an earlier JOB, deleted since they were
-	// fetched, which get no ack, Nak or heartbeat (see errEarlierJOB).
+	// stream tells the jobs that may be of an earlier JOB, deleted since
+	// they were fetched, which get no ack, Nak or Term (see errEarlierJOB).
 	stream *jobStream
 
 	running     atomic.Bool
@@ -197,14 +197,14 @@ func jobStreamCreated(js jetstream.JetStream) func(context.Context) (time.Time, 
 	}
 }
 
-// unsent logs a job's ack or Nak that failed with err, unless it was not
-// sent for a job of a JOB deleted since (see errEarlierJOB); it reports
-// whether it was not.
+// unsent logs a job's ack or Nak that was not sent, for a job that may be
+// of a JOB deleted since (see errEarlierJOB), and reports whether err says
+// so; other errors it leaves to its caller.
 func unsent(err error, log *zerolog.Logger) bool {
 	if !errors.Is(err, errEarlierJOB) {
 		return false
 	}
-	log.Warn().Err(err).Msg("job of a " + StreamJob + " deleted since it was delivered: left unacknowledged")
+	log.Warn().Err(err).Msg("ack not sent: the job is left to be delivered again")
 	return true
 }
 

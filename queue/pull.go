@@ -304,8 +304,8 @@ func (m *jobMsg) Headers() nats.Header { return m.msg.Header }
 func (m *jobMsg) Subject() string      { return m.msg.Subject }
 func (m *jobMsg) Reply() string        { return m.msg.Reply }
 
-// earlierJOB is errEarlierJOB if m is a job of a JOB deleted since it was
-// fetched.
+// earlierJOB is errEarlierJOB if m may be a job of a JOB deleted since it
+// was fetched (see jobStream.earlier).
 func (m *jobMsg) earlierJOB() error {
 	if m.stream != nil && m.stream.earlier(m.of, m.meta.Timestamp) {
 		return errEarlierJOB

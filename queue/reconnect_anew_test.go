@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
-	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
 	"github.com/jobq/jobq/server"
 	"github.com/jobq/jobq/server/servertest"
@@ -133,21 +132,16 @@ func TestEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	}
 	bp := *b
 	bp.obj = pobj
-	started, release, returned := make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, 1)
-	bp.startPool(t, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-		started <- struct{}{}
-		<-release
-		returned <- struct{}{}
-		return nil
-	}))
+	h := newHeldRun()
+	bp.startPool(t, h)
 	b.enqueue(t, "job.a", "a1", "x") // seq 1
-	<-started
+	<-h.started
 
 	px.cut()
 	waitStatus(t, pnc, nats.RECONNECTING)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
-	close(release)
-	<-returned
+	close(h.release)
+	<-h.returned
 	time.Sleep(2500 * time.Millisecond) // the ack, and a few failed look-ups
 	px.restore()
 	waitStatus(t, pnc, nats.CONNECTED)
@@ -168,21 +162,11 @@ func TestNextsEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	}
 	pobj.Config.NoLedger = true      // jobq next --no-ledger
 	b.enqueue(t, "job.a", "a1", "x") // seq 1
-	started, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := queue.Next(context.Background(), pobj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-			close(started)
-			<-release
-			return nil
-		}), 5*time.Second, servertest.Logger(t))
-		done <- err
-	}()
-	<-started
+	h, done := nextHeld(t, pobj)
 	px.cut()
 	waitStatus(t, pnc, nats.RECONNECTING)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
-	close(release)
+	close(h.release)
 	if err := <-done; err != nil {
 		t.Logf("next: %v", err)
 	}
@@ -340,20 +324,10 @@ func TestNextDoesNotAckWhenItCannotLookUpJOB(t *testing.T) {
 	}
 	obj.Config.NoLedger = true
 	b.enqueue(t, "job.a", "a1", "x") // seq 1
-	started, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := queue.Next(context.Background(), obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
-			close(started)
-			<-release
-			return nil
-		}), 5*time.Second, servertest.Logger(t))
-		done <- err
-	}()
-	<-started
+	h, done := nextHeld(t, obj)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
 	px.blackhole.Store(true) // JOB's look-ups go unanswered from here
-	close(release)
+	close(h.release)
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "was not acknowledged") {
 		t.Errorf("next: %v; want its job reported not acknowledged", err)
 	}
