@@ -111,7 +111,10 @@ func (s *jobStream) earlier(of int64, stored time.Time) bool {
 	if !s.js.Conn().IsConnected() {
 		return true
 	}
-	if s.eager && !s.lookUpTries(3, opTimeout/3) {
+	// The connection is looked at again after the look-ups: one lost
+	// while they were answered would hold the ack in nats.go's reconnect
+	// buffer, to go out once it is back, when JOB may be made anew.
+	if s.eager && (!s.lookUpTries(3, opTimeout/3) || !s.js.Conn().IsConnected()) {
 		return true
 	}
 	now := s.created.Load()

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -21,7 +22,8 @@ import (
 )
 
 // cutProxy forwards TCP to a server until cut, and refuses connections
-// while cut.
+// while cut. Armed with cutAfterInfo, it cuts once it forwarded the
+// server's next answer to a stream look-up, and closes infoCut.
 type cutProxy struct {
 	ln     net.Listener
 	target string
@@ -29,6 +31,9 @@ type cutProxy struct {
 	down   bool
 	conns  []net.Conn
 	wg     sync.WaitGroup
+
+	cutAfterInfo atomic.Bool
+	infoCut      chan struct{}
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -36,7 +41,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target}
+	p := &cutProxy{ln: ln, target: target, infoCut: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -60,7 +65,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 			p.conns = append(p.conns, c, s)
 			p.wg.Add(2)
 			go func() { defer p.wg.Done(); io.Copy(s, c); s.Close() }()
-			go func() { defer p.wg.Done(); io.Copy(c, s); c.Close() }()
+			go func() { defer p.wg.Done(); p.fromServer(c, s); c.Close() }()
 			p.mu.Unlock()
 		}
 	}()
@@ -70,6 +75,27 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// fromServer forwards what the server sends to the client c.
+func (p *cutProxy) fromServer(c, s net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+			if bytes.Contains(buf[:n], []byte("stream_info_response")) && p.cutAfterInfo.CompareAndSwap(true, false) {
+				p.cut()
+				close(p.infoCut)
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *cutProxy) cut() {
@@ -173,6 +199,45 @@ func TestNextsEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	px.restore()
 	waitStatus(t, pnc, nats.CONNECTED)
 	keptHeld(t, b2, 1)
+}
+
+// The connection of jobq next goes down just after its look-up of JOB
+// before the ack was answered, and JOB is made anew during the outage.
+// Checked before the look-up alone, the connection was up: the ack went
+// into the reconnect buffer, out on reconnect, and took the new JOB's job
+// at its sequence from the worker that held it, while jobq next said it
+// was acked.
+func TestNextsAckIsNotBufferedWhenTheConnectionDropsAfterItsLookUp(t *testing.T) {
+	for _, noLedger := range []bool{true, false} {
+		t.Run(fmt.Sprintf("no ledger %v", noLedger), func(t *testing.T) {
+			t.Parallel()
+			cfg := queue.Config{NoLedger: noLedger}
+			srv := servertest.StartListening(t)
+			b := setupOn(t, srv, cfg)
+			px, pnc, pjs := cutConnection(t, srv)
+			pobj, err := queue.Open(context.Background(), pjs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pobj.Config.NoLedger = noLedger
+			b.enqueue(t, "job.a", "a1", "x") // seq 1
+			h, done := nextHeld(t, pobj)
+			px.cutAfterInfo.Store(true)
+			close(h.release)
+			select {
+			case <-px.infoCut:
+			case <-time.After(20 * time.Second):
+				t.Fatal("jobq next did not look JOB up before its ack")
+			}
+			b2 := remakeWithB1HeldElsewhere(t, b, cfg) // during the outage
+			px.restore()
+			waitStatus(t, pnc, nats.CONNECTED)
+			if err := <-done; err == nil || !strings.Contains(err.Error(), "not acknowledged") {
+				t.Errorf("next: %v; want its job ran, and was not acknowledged", err)
+			}
+			keptHeld(t, b2, 1)
+		})
+	}
 }
 
 // A pool's connection goes down for most of the ack wait while a job runs.
