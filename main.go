@@ -1574,7 +1574,8 @@ func next(c *cli.Context) error {
 			return show(job)
 		}), c.Duration("wait"), zerolog.Nop())
 	}
-	if (!got || err != nil) && ctx.Err() != nil && c.Context.Err() == nil {
+	// Once the job was shown, Next's own error says what became of it.
+	if shown == "" && (!got || err != nil) && ctx.Err() != nil && c.Context.Err() == nil {
 		return errors.New("next stopped by a signal; a job it had taken, if any, is handed back unshown")
 	}
 	if err != nil {
