@@ -196,8 +196,16 @@ func TestSweepGoesOnPastAJobTooLargeForDLQ(t *testing.T) {
 		}
 		return nil
 	})
-	if st := b.status(t); st.Stream.Messages != 1 {
-		t.Errorf("JOB holds %d jobs, want the big one alone", st.Stream.Messages)
+	// The sweep deletes the small job from JOB once its dead letter is
+	// stored.
+	waitFor(t, 20*time.Second, func() error {
+		if st := b.status(t); st.Stream.Messages != 1 {
+			return fmt.Errorf("JOB holds %d jobs, want the big one alone", st.Stream.Messages)
+		}
+		return nil
+	})
+	if _, err := b.obj.Jobs.GetMsg(ctx, 1); err != nil {
+		t.Errorf("the big job is not in JOB: %v", err)
 	}
 }
 
