@@ -219,9 +219,11 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		// stays in JOB until its outcome is recorded, so this one can go.
 		// A re-drive waits instead (see leasedElsewhere), and so does a
 		// job whose ID only an earlier JOB's job shares.
-		log.Warn().Uint64("running_seq", claim.Record.Seq).Msg("duplicate of a running job: acked without running")
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
-		p.ack(opCtx, it.msg, log)
+		log := log.With().Uint64("running_seq", claim.Record.Seq).Logger()
+		if p.ack(opCtx, it.msg, log) == nil { // else it says why not
+			log.Warn().Msg("duplicate of a running job: acked without running")
+		}
 		return false
 	case errors.Is(err, data.ErrClaimed):
 		delay := time.Until(claim.Record.LeaseUntil) + time.Second

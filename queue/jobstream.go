@@ -21,7 +21,7 @@ import (
 // job at that sequence: an ack would remove that job, held by another
 // worker, from JOB, and lose it should that worker stop before it acks; a
 // Nak would deliver it again while it runs.
-var errEarlierJOB = errors.New(StreamJob + " may have been deleted and made anew since the job was delivered, or the connection to the server is down: an ack now could reach the job at its sequence in a " + StreamJob + " made anew")
+var errEarlierJOB = errors.New(StreamJob + " may have been deleted and made anew since the job was delivered (or this cannot be told: the connection to the server is down, or " + StreamJob + " did not answer a look-up): an ack now could reach the job at its sequence in a " + StreamJob + " made anew")
 
 // jobStreamWatchEvery is how often a pool looks JOB up, to learn of a JOB
 // made anew whose deletion it was not told of: the server's advisory of a

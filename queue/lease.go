@@ -273,9 +273,11 @@ func (p *Pool) leasedElsewhere(it *inflight, runningSeq uint64, until time.Time,
 	p.beats.remove(it)
 	log := *p.jobLog(it.job)
 	if runningSeq != it.job.Seq && mayDrop {
-		log.Warn().Uint64("running_seq", runningSeq).Msg("duplicate of a running job: acked without running")
 		p.cfg.Metrics.jobSkipped(it.job.Subject)
-		p.ack(context.Background(), it.msg, log)
+		log := log.With().Uint64("running_seq", runningSeq).Logger()
+		if p.ack(context.Background(), it.msg, log) == nil { // else it says why not
+			log.Warn().Msg("duplicate of a running job: acked without running")
+		}
 	} else {
 		delay := time.Until(until) + time.Second
 		log.Warn().Dur("retry_in", delay).Msg("job redelivered while a lease holds it: released")

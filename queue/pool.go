@@ -204,7 +204,7 @@ func unsent(err error, log *zerolog.Logger) bool {
 	if !errors.Is(err, errEarlierJOB) {
 		return false
 	}
-	log.Warn().Err(err).Msg("ack not sent: the job is left to be delivered again")
+	log.Warn().Err(err).Msg("ack not sent: unless JOB was made anew, the job is delivered again after the ack wait")
 	return true
 }
 
@@ -512,7 +512,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	if !ran {
 		switch {
 		case errors.Is(it.sendErr, errEarlierJOB):
-			return fmt.Errorf("job %s ran, but was not acknowledged: %w; it will be delivered and run again", job.ID, it.sendErr)
+			return fmt.Errorf("job %s ran, but was not acknowledged: %w; unless JOB was made anew, it is delivered again after the ack wait, and runs again", job.ID, it.sendErr)
 		case it.sendErr != nil:
 			return fmt.Errorf("job %s ran, but its done record could not be sent: %w; it is released and will run again, as a resumed attempt", job.ID, it.sendErr)
 		}
@@ -535,7 +535,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	p.cfg.Metrics.jobCompleted(job.Subject)
 	p.observe(job, data.StateDone, it.took, nil)
 	if err := p.ack(opCtx, msg, *p.jobLog(job)); errors.Is(err, errEarlierJOB) {
-		return fmt.Errorf("job %s ran and is recorded done, but was not acknowledged: %w; its next delivery is acked without running", job.ID, err)
+		return fmt.Errorf("job %s ran and is recorded done, but was not acknowledged: %w; unless JOB was made anew, it is delivered again after the ack wait, and acked without running", job.ID, err)
 	}
 	return nil
 }
