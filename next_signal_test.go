@@ -5,89 +5,15 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// stallInfoProxy forwards TCP to target, and from the moment the server
-// sends a message holding marker (the job's delivery), drops the client's
-// look-ups of JOB (STREAM.INFO.JOB): they go unanswered, the connection up.
-func stallInfoProxy(t *testing.T, target, marker string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stall atomic.Bool
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
-			wg.Go(func() {
-				defer s.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 && !(stall.Load() && bytes.Contains(buf[:n], []byte("$JS.API.STREAM.INFO.JOB"))) {
-						if _, werr := s.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			})
-			wg.Go(func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 {
-						if bytes.Contains(buf[:n], []byte(marker)) {
-							stall.Store(true)
-						}
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return "nats://" + ln.Addr().String()
-}
+	"github.com/jobq/jobq/server/servertest"
+)
 
 // jobq next shows its job and records it done; its look-ups of JOB before
 // the ack go unanswered (three tries, up to ten seconds), and the user hits
@@ -98,8 +24,18 @@ func TestNextInterruptedWhileItsAckWaitsForItsLookUpSaysWhatHappened(t *testing.
 	t.Parallel()
 	s := startServe(t, serveOpts{})
 	s.enqueue(t, "job.next", "MARKER-sig-1", "sig-1")
-	url := stallInfoProxy(t, strings.TrimPrefix(s.url, "nats://"), "MARKER-sig-1")
-	cmd := exec.Command(jobqBin, "next", "--server", url)
+	// From the job's delivery on, jobq next's look-ups of JOB go
+	// unanswered, the connection up.
+	px := servertest.NewProxy(t, strings.TrimPrefix(s.url, "nats://"))
+	var stall atomic.Bool
+	px.Watch(func(chunk []byte) bool {
+		return !stall.Load() || !bytes.Contains(chunk, []byte("$JS.API.STREAM.INFO.JOB"))
+	}, func(chunk []byte) {
+		if bytes.Contains(chunk, []byte("MARKER-sig-1")) {
+			stall.Store(true)
+		}
+	})
+	cmd := exec.Command(jobqBin, "next", "--server", px.URL)
 	cmd.Env = subprocessEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

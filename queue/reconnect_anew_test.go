@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,99 +18,6 @@ import (
 	"github.com/jobq/jobq/server/servertest"
 )
 
-// cutProxy forwards TCP to a server until cut, and refuses connections
-// while cut. Armed with cutAfterInfo, it cuts once it forwarded the
-// server's next answer to a stream look-up, and closes infoCut.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-
-	cutAfterInfo atomic.Bool
-	infoCut      chan struct{}
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, infoCut: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			if p.down {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			p.conns = append(p.conns, c, s)
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); io.Copy(s, c); s.Close() }()
-			go func() { defer p.wg.Done(); p.fromServer(c, s); c.Close() }()
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// fromServer forwards what the server sends to the client c.
-func (p *cutProxy) fromServer(c, s net.Conn) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := s.Read(buf)
-		if n > 0 {
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-			if bytes.Contains(buf[:n], []byte("stream_info_response")) && p.cutAfterInfo.CompareAndSwap(true, false) {
-				p.cut()
-				close(p.infoCut)
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *cutProxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
-}
-
 func waitStatus(t *testing.T, nc *nats.Conn, want nats.Status) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); nc.Status() != want; time.Sleep(10 * time.Millisecond) {
@@ -125,10 +29,18 @@ func waitStatus(t *testing.T, nc *nats.Conn, want nats.Status) {
 
 // cutConnection connects to srv through a proxy that can cut the
 // connection, which then reconnects for good once restored.
-func cutConnection(t *testing.T, srv *server.Server) (*cutProxy, *nats.Conn, jetstream.JetStream) {
+func cutConnection(t *testing.T, srv *server.Server) (*servertest.Proxy, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	px := newCutProxy(t, srv.ClientURL()[len("nats://"):])
-	nc, err := nats.Connect("nats://"+px.ln.Addr().String(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	px := servertest.NewProxy(t, srv.ClientURL()[len("nats://"):])
+	nc, js := connectThrough(t, px)
+	return px, nc, js
+}
+
+// connectThrough connects through px, for good: it reconnects at once
+// whenever px takes connections again.
+func connectThrough(t *testing.T, px *servertest.Proxy) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(px.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +49,20 @@ func cutConnection(t *testing.T, srv *server.Server) (*cutProxy, *nats.Conn, jet
 	if err != nil {
 		t.Fatal(err)
 	}
-	return px, nc, js
+	return nc, js
+}
+
+// nextOnItsOwn opens JOB's objects over js, as jobq next does, and runs
+// it on job a1, stored at sequence 1, with a held handler.
+func nextOnItsOwn(t *testing.T, b *testBundle, js jetstream.JetStream) (*heldRun, <-chan error) {
+	t.Helper()
+	obj, err := queue.Open(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Config.NoLedger = b.cfg.NoLedger // jobq next --no-ledger
+	b.enqueue(t, "job.a", "a1", "x")     // seq 1
+	return nextHeld(t, obj)
 }
 
 // A pool on a server of its own (jobq serve --server) loses its connection
@@ -163,13 +88,13 @@ func TestEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	b.enqueue(t, "job.a", "a1", "x") // seq 1
 	<-h.started
 
-	px.cut()
+	px.Cut()
 	waitStatus(t, pnc, nats.RECONNECTING)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
 	close(h.release)
 	<-h.returned
 	time.Sleep(2500 * time.Millisecond) // the ack, and a few failed look-ups
-	px.restore()
+	px.Restore()
 	waitStatus(t, pnc, nats.CONNECTED)
 	keptHeld(t, b2, 1)
 }
@@ -182,21 +107,15 @@ func TestNextsEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	srv := servertest.StartListening(t)
 	b := setupOn(t, srv, cfg)
 	px, pnc, pjs := cutConnection(t, srv)
-	pobj, err := queue.Open(context.Background(), pjs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pobj.Config.NoLedger = true      // jobq next --no-ledger
-	b.enqueue(t, "job.a", "a1", "x") // seq 1
-	h, done := nextHeld(t, pobj)
-	px.cut()
+	h, done := nextOnItsOwn(t, b, pjs)
+	px.Cut()
 	waitStatus(t, pnc, nats.RECONNECTING)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
 	close(h.release)
 	if err := <-done; err != nil {
 		t.Logf("next: %v", err)
 	}
-	px.restore()
+	px.Restore()
 	waitStatus(t, pnc, nats.CONNECTED)
 	keptHeld(t, b2, 1)
 }
@@ -214,23 +133,26 @@ func TestNextsAckIsNotBufferedWhenTheConnectionDropsAfterItsLookUp(t *testing.T)
 			cfg := queue.Config{NoLedger: noLedger}
 			srv := servertest.StartListening(t)
 			b := setupOn(t, srv, cfg)
-			px, pnc, pjs := cutConnection(t, srv)
-			pobj, err := queue.Open(context.Background(), pjs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pobj.Config.NoLedger = noLedger
-			b.enqueue(t, "job.a", "a1", "x") // seq 1
-			h, done := nextHeld(t, pobj)
-			px.cutAfterInfo.Store(true)
+			px := servertest.NewProxy(t, srv.ClientURL()[len("nats://"):])
+			var armed atomic.Bool
+			infoCut := make(chan struct{})
+			px.Watch(nil, func(chunk []byte) { // once armed, cut after JOB's look-up is answered
+				if bytes.Contains(chunk, []byte("stream_info_response")) && armed.CompareAndSwap(true, false) {
+					px.Cut()
+					close(infoCut)
+				}
+			})
+			pnc, pjs := connectThrough(t, px)
+			h, done := nextOnItsOwn(t, b, pjs)
+			armed.Store(true)
 			close(h.release)
 			select {
-			case <-px.infoCut:
+			case <-infoCut:
 			case <-time.After(20 * time.Second):
 				t.Fatal("jobq next did not look JOB up before its ack")
 			}
 			b2 := remakeWithB1HeldElsewhere(t, b, cfg) // during the outage
-			px.restore()
+			px.Restore()
 			waitStatus(t, pnc, nats.CONNECTED)
 			if err := <-done; err == nil || !strings.Contains(err.Error(), "not acknowledged") {
 				t.Errorf("next: %v; want its job ran, and was not acknowledged", err)
@@ -289,77 +211,14 @@ func TestShortOutageDoesNotRedeliverARunningJob(t *testing.T) {
 		<-beats
 	}
 	<-beats // a heartbeat just went out: cut right after it
-	px.cut()
+	px.Cut()
 	time.Sleep(4 * time.Second) // 0.8 ack waits
-	px.restore()
+	px.Restore()
 	waitStatus(t, pnc, nats.CONNECTED)
 	time.Sleep(10 * time.Second)
 	if got := c.get("long-1"); got != 1 || c.overlap != 0 {
 		t.Errorf("job ran %d times, %d overlapping, after an outage shorter than the ack wait; want 1 and 0", got, c.overlap)
 	}
-}
-
-// infoProxy forwards TCP to a server, and drops the client's look-ups of
-// JOB (STREAM.INFO) once told to.
-type infoProxy struct {
-	ln        net.Listener
-	blackhole atomic.Bool
-}
-
-func newInfoProxy(t *testing.T, target string) *infoProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &infoProxy{ln: ln}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
-			wg.Go(func() {
-				defer s.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 && !(p.blackhole.Load() && bytes.Contains(buf[:n], []byte("$JS.API.STREAM.INFO.JOB"))) {
-						if _, werr := s.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			})
-			wg.Go(func() {
-				_, _ = io.Copy(c, s)
-				c.Close()
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return p
 }
 
 // jobq next's look-ups of JOB before its ack go unanswered, the connection
@@ -373,25 +232,15 @@ func TestNextDoesNotAckWhenItCannotLookUpJOB(t *testing.T) {
 	cfg := queue.Config{NoLedger: true}
 	srv := servertest.StartListening(t)
 	b := setupOn(t, srv, cfg)
-	px := newInfoProxy(t, srv.ClientURL()[len("nats://"):])
-	nc, err := nats.Connect("nats://" + px.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := queue.Open(context.Background(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj.Config.NoLedger = true
-	b.enqueue(t, "job.a", "a1", "x") // seq 1
-	h, done := nextHeld(t, obj)
+	px := servertest.NewProxy(t, srv.ClientURL()[len("nats://"):])
+	var blackhole atomic.Bool
+	px.Watch(func(chunk []byte) bool {
+		return !blackhole.Load() || !bytes.Contains(chunk, []byte("$JS.API.STREAM.INFO.JOB"))
+	}, nil)
+	_, js := connectThrough(t, px)
+	h, done := nextOnItsOwn(t, b, js)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
-	px.blackhole.Store(true) // JOB's look-ups go unanswered from here
+	blackhole.Store(true) // JOB's look-ups go unanswered from here
 	close(h.release)
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "was not acknowledged") {
 		t.Errorf("next: %v; want its job reported not acknowledged", err)
