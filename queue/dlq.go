@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -391,6 +392,11 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 	if err := ledger.KeepRecord(ctx, job, d.Error, leases); err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}
+	if !anew {
+		if err := removeDeadLetteredCopy(ctx, obj, d); err != nil {
+			return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
+		}
+	}
 	m := nats.NewMsg(d.Subject)
 	m.Data = d.Payload
 	for k, v := range d.Header {
@@ -423,6 +429,33 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 		return r, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
 	}
 	return r, nil
+}
+
+// removeDeadLetteredCopy deletes from JOB the very message d was made of,
+// if it is still there: the pool or the sweep that stored d was stopped
+// (kill -9) before it acked or deleted it. Left there, it was delivered
+// again after the re-drive, whose record no longer named it as the copy
+// dead-lettered already, and ran again. A message at d's sequence that is
+// another job's is left alone, and so is a dead letter that does not say
+// when its job was stored.
+func removeDeadLetteredCopy(ctx context.Context, obj *Objects, d DeadLetter) error {
+	if d.JobSeq == 0 || d.storedAt.IsZero() {
+		return nil
+	}
+	m, err := obj.Jobs.GetMsg(ctx, d.JobSeq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("look for its dead-lettered copy in %s at sequence %d, which must not run again beside the re-drive: %w", StreamJob, d.JobSeq, err)
+	}
+	if jobID(m.Header, m.Sequence) != d.ID || !m.Time.Truncate(time.Millisecond).Equal(d.storedAt) {
+		return nil
+	}
+	if err := deleteMsg(ctx, obj.Jobs, d.JobSeq); err != nil {
+		return fmt.Errorf("remove its dead-lettered copy, still in %s at sequence %d: %w", StreamJob, d.JobSeq, err)
+	}
+	return nil
 }
 
 // Redrive is a dead letter re-enqueued: where JOB stored it, and the job ID
@@ -494,16 +527,40 @@ func retryID(d DeadLetter) string {
 	return retryIDPrefix + strconv.FormatUint(d.Seq, 10) + "-" + strconv.FormatInt(d.FailedAt.UnixNano(), 10)
 }
 
-// PurgeDeadLetters deletes every dead letter and returns how many there were.
+// PurgeDeadLetters deletes the dead letters stored when it begins, and
+// returns how many it deleted, as the server counted them. One that a
+// running pool stores meanwhile stays, to be seen: purged with the rest, it
+// was deleted unreported.
 func PurgeDeadLetters(ctx context.Context, obj *Objects) (uint64, error) {
-	dead, info, err := deadLetterInfo(ctx, obj)
-	if err != nil || info == nil {
+	_, info, err := deadLetterInfo(ctx, obj)
+	if err != nil || info == nil || info.State.Msgs == 0 {
 		return 0, err
 	}
-	if err := dead.Purge(ctx); err != nil {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+	}
+	// The API itself: nats.go's Purge does not return the count.
+	req, err := json.Marshal(jetstream.StreamPurgeRequest{Sequence: info.State.LastSeq + 1})
+	if err != nil {
+		return 0, err
+	}
+	msg, err := obj.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+StreamDLQ, req)
+	if err != nil {
 		return 0, fmt.Errorf("purge %s: %w", StreamDLQ, err)
 	}
-	return info.State.Msgs, nil
+	var resp struct {
+		Purged uint64              `json:"purged"`
+		Error  *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("purge %s: unreadable answer: %w", StreamDLQ, err)
+	}
+	if resp.Error != nil {
+		return 0, fmt.Errorf("purge %s: %w", StreamDLQ, resp.Error)
+	}
+	return resp.Purged, nil
 }
 
 // errDLQGone: DLQ was deleted, and holds no dead letters until a pool makes

@@ -579,3 +579,147 @@ func TestSweepRemovesACopyThatWasDeadLetteredAlready(t *testing.T) {
 		})
 	}
 }
+
+// A pool was killed (kill -9) once it dead-lettered job X, and before it
+// acked it: X's dead letter is stored, its record says failed, and X is
+// still in JOB. dlq retry re-drives X, and the re-drive fails again, so its
+// record names the re-drive. X's first copy, delivered again after its ack
+// wait, no longer looked dead-lettered already, and ran again. dlq retry
+// now removes that copy from JOB before it re-drives.
+func TestRedriveOfADeadLetterWhoseCopyWasNotRemovedRunsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := servertest.Start(t)
+	js, err := jetstream.New(servertest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := Provision(ctx, js, Config{MaxDeliver: 3, AckWait: 2 * time.Second, FetchWait: 200 * time.Millisecond, RetryBackoff: []time.Duration{10 * time.Millisecond}}, servertest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "X"}); err != nil {
+		t.Fatal(err)
+	}
+	// What a pool does for a job that failed for good, up to its ack.
+	l := data.NewLedger(obj.Ledger, time.Second, obj.JS)
+	batch, err := obj.Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		job, err := decodeJob(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.Claim(ctx, job, "killed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := deadLetter(ctx, obj.JS, job, m.Headers(), "boom"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Fail(ctx, &c, 0, "boom"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	d, err := FindDeadLetter(ctx, obj, "X")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RetryDeadLetter(ctx, obj, d); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var ran []uint64
+	p := NewPool(obj, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
+		mu.Lock()
+		ran = append(ran, job.Seq)
+		mu.Unlock()
+		return handlers.Permanent(errors.New("still broken"))
+	}), servertest.Logger(t))
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		p.Stop(sctx)
+	}()
+	// X's first copy comes back after its ack wait, if it is in JOB still.
+	time.Sleep(obj.Config.AckWait + time.Second)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ji, jerr := obj.Jobs.Info(ctx)
+		ci, cerr := obj.Worker.Info(ctx)
+		if jerr == nil && cerr == nil && ji.State.Msgs == 0 && ci.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("JOB still holds jobs after 20s")
+		}
+	}
+	n, err := DeadLetterCount(ctx, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 1 || n != 1 {
+		t.Errorf("X ran at JOB sequences %v, and DLQ holds %d dead letters, after one dlq retry; want one run (the re-drive's) and one dead letter", ran, n)
+	}
+}
+
+// dlq purge while a pool dead-letters jobs: it deletes the dead letters
+// stored when it began, and says how many. Purging all of DLQ, it deleted
+// those stored meanwhile too, unreported.
+func TestPurgeReportsEveryDeadLetterItDeletes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := servertest.Start(t)
+	js, err := jetstream.New(servertest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := Provision(ctx, js, Config{}, servertest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var stored uint64
+	done := make(chan struct{})
+	go func() { // a pool dead-lettering jobs meanwhile
+		defer close(done)
+		for seq := uint64(1); ; seq++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			job := &data.Job{ID: "j", Subject: "job.x", Seq: seq, EnqueuedAt: time.Now()}
+			if err := deadLetter(ctx, obj.JS, job, nil, "boom"); err != nil {
+				t.Error(err)
+				return
+			}
+			stored++
+		}
+	}()
+	var purged uint64
+	for range 50 {
+		n, err := PurgeDeadLetters(ctx, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		purged += n
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	left, err := DeadLetterCount(ctx, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if purged+left != stored || purged == 0 {
+		t.Errorf("%d dead letters stored, %d left in DLQ, and the purges said they deleted %d; want what was stored, left or said deleted", stored, left, purged)
+	}
+}
