@@ -283,6 +283,19 @@ func TestEnqueueMissingFileIsBadUsage(t *testing.T) {
 	wantOneLineError(t, r, 2, "import", "payload.json", "no such file")
 }
 
+// A bad -H is bad usage (exit 2), found before jobq enqueue connects: with
+// no server there, it was reported as one that cannot be reached (exit 1).
+// A value with spaces or tabs around is refused: the server stored it
+// trimmed, another value than given.
+func TestEnqueueBadHeaderIsBadUsageWithoutAServer(t *testing.T) {
+	t.Parallel()
+	down := "nats://" + freeAddr(t)
+	r := jobq(t, "enqueue", "--server", down, "--timeout", "1s", "-H", "Jobq-Job-Id=other", "job.h", "x")
+	wantOneLineError(t, r, 2, "Jobq-Job-Id", "jobq's own")
+	r = jobq(t, "enqueue", "--server", down, "--timeout", "1s", "-H", "X-Sig=  v  ", "job.h", "x")
+	wantOneLineError(t, r, 2, "X-Sig", "space or tab")
+}
+
 // On a bucket without direct gets no pool leases jobs, and the leases
 // cannot be read: jobq job of a job with no record says so, as before it
 // read the leases, rather than fail on the read.

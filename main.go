@@ -1316,6 +1316,9 @@ func enqueue(c *cli.Context) error {
 		}
 		header.Add(k, v)
 	}
+	if err := queue.ValidHeader(header); err != nil {
+		return usageError{err} // before connecting: a bad -H is bad usage, a server up or not
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err

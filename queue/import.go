@@ -378,6 +378,11 @@ func (p *Producer) parseImportLine(line []byte) (importJob, error) {
 			if job.opts.ID, err = str(name, raw); err != nil {
 				return job, err
 			}
+			// As enqueue's --id '': a fresh ID for it, on each run of the
+			// same input, would store the job again each time.
+			if job.opts.ID == "" {
+				return job, errors.New("id is empty (or null); leave the field out for a fresh ID")
+			}
 		case "payload":
 			hasPayload = true
 			switch raw[0] {
@@ -431,7 +436,7 @@ func (p *Producer) parseImportLine(line []byte) (importJob, error) {
 			return job, err
 		}
 	}
-	if err := validHeader(job.opts.Header); err != nil {
+	if err := ValidHeader(job.opts.Header); err != nil {
 		return job, err
 	}
 	return job, nil

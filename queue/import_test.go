@@ -77,6 +77,13 @@ func TestImportLines(t *testing.T) {
 		{name: "header of jobq's own", line: `{"subject":"job.x","headers":{"Jobq-Job-Id":"seq-1"}}`, reason: "Jobq-Job-Id: headers starting with Jobq- are jobq's own"},
 		{name: "id of a job published without one", line: `{"subject":"job.x","id":"seq-3"}`, reason: "published without one"},
 		{name: "header with line break", line: `{"subject":"job.x","headers":{"X-A":"a\r\nX-B: b"}}`, reason: "line break"},
+		// Stored trimmed before, another value than given.
+		{name: "header value with spaces around", line: `{"subject":"job.x","headers":{"X-A":"  a  "}}`, reason: "X-A: a value cannot start or end with a space or tab"},
+		{name: "header value ending in a tab", line: `{"subject":"job.x","headers":{"X-A":["b","a\t"]}}`, reason: "space or tab"},
+		// A fresh ID each run before: run again, the same input stored the
+		// job again.
+		{name: "empty id", line: `{"subject":"job.x","id":""}`, reason: "id is empty (or null); leave the field out for a fresh ID"},
+		{name: "null id", line: `{"subject":"job.x","id":null}`, reason: "id is empty (or null)"},
 		{name: "field given twice", line: `{"subject":"job.t.one","id":"twice-1","subject":"job.t.two"}`, reason: `field "subject" given twice`},
 		{name: "field given twice, once escaped", line: `{"id":"twice-2","\u0069d":"twice-3","subject":"job.x"}`, reason: `field "id" given twice`},
 		{name: "header given twice", line: `{"subject":"job.x","id":"twice-4","headers":{"X-A":"1","X-A":"2"}}`, reason: `headers: "X-A" given twice`},

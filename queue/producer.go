@@ -115,7 +115,7 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = payload
-	if err := validHeader(opts.Header); err != nil {
+	if err := ValidHeader(opts.Header); err != nil {
 		return nil, err
 	}
 	for k, v := range opts.Header {
@@ -216,22 +216,24 @@ func ValidID(id string) error {
 	return nil
 }
 
-// validHeader refuses a header NATS cannot carry as given (a name that is
-// not a token, see headerName; a value with a line break, which would be
-// rewritten), and the headers that jobq keeps for
-// itself: those
-// starting with Jobq-, such as the Jobq-Job-Id with which a dead letter's
-// re-drive names its job, and which would name any job's record; and those
-// starting with Nats-, which tell the server how to store the job (a
-// Nats-TTL would expire it unrun), but for Nats-Msg-Id, which the job's ID
-// replaces.
-func validHeader(h map[string][]string) error {
+// ValidHeader refuses a header NATS cannot carry as given (a name that is
+// not a token, see headerName; a value with a line break, or one that
+// starts or ends with a space or tab, which would be rewritten or trimmed),
+// and the headers that jobq keeps for itself: those starting with Jobq-,
+// such as the Jobq-Job-Id with which a dead letter's re-drive names its
+// job, and which would name any job's record; and those starting with
+// Nats-, which tell the server how to store the job (a Nats-TTL would
+// expire it unrun), but for Nats-Msg-Id, which the job's ID replaces.
+func ValidHeader(h map[string][]string) error {
 	for k, vs := range h {
 		switch {
 		case !headerName(k):
 			return fmt.Errorf("%w: %q: a header name is letters, digits and !#$%%&'*+-.^_`|~ only", ErrBadHeader, k)
 		case slices.ContainsFunc(vs, func(v string) bool { return strings.ContainsAny(v, "\r\n") }):
 			return fmt.Errorf("%w: %s: a value cannot hold a line break", ErrBadHeader, k)
+		case slices.ContainsFunc(vs, func(v string) bool { return strings.Trim(v, " \t") != v }):
+			// The server would store it trimmed: another value.
+			return fmt.Errorf("%w: %s: a value cannot start or end with a space or tab", ErrBadHeader, k)
 		case hasPrefixFold(k, "Jobq-"):
 			return fmt.Errorf("%w: %s: headers starting with Jobq- are jobq's own; use another name", ErrBadHeader, k)
 		case hasPrefixFold(k, "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr):
