@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server/servertest"
 )
 
 // A dead letter's re-drive has a Nats-Msg-Id of its own, which no job may
@@ -294,6 +296,44 @@ func TestEnqueueBadHeaderIsBadUsageWithoutAServer(t *testing.T) {
 	wantOneLineError(t, r, 2, "Jobq-Job-Id", "jobq's own")
 	r = jobq(t, "enqueue", "--server", down, "--timeout", "1s", "-H", "X-Sig=  v  ", "job.h", "x")
 	wantOneLineError(t, r, 2, "X-Sig", "space or tab")
+}
+
+// jobq enqueue waits --timeout for each publish's acknowledgement, and
+// sends a lost one again within the 4 x --timeout it waits in all. Each
+// publish waited 5s whatever --timeout said: a server answering in 6s
+// failed every attempt of an enqueue --timeout 20s, and with --timeout 1s
+// the first publish took the whole wait, a lost one never sent again.
+func TestEnqueueWaitsTimeoutForEachPublish(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{})
+	px := servertest.NewProxy(t, strings.TrimPrefix(s.url, "nats://"))
+	var dropped atomic.Bool
+	px.Watch(func(chunk []byte) bool {
+		switch {
+		case bytes.Contains(chunk, []byte("PUB job.slow")):
+			time.Sleep(6 * time.Second) // a slow server: the publish reaches it 6s late
+		case bytes.Contains(chunk, []byte("PUB job.lost")) && dropped.CompareAndSwap(false, true):
+			return false // the first publish is lost on the way
+		}
+		return true
+	}, nil)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r := jobq(t, "enqueue", "--server", px.URL, "--timeout", "8s", "--id", "slow-1", "job.slow", "x")
+		if r.code != 0 {
+			t.Errorf("enqueue --timeout 8s, its publish answered in 6s: %s", r)
+		}
+	})
+	wg.Go(func() {
+		r := jobq(t, "enqueue", "--server", px.URL, "--timeout", "1s", "--id", "lost-1", "job.lost", "x")
+		if r.code != 0 {
+			t.Errorf("enqueue --timeout 1s, its first publish lost: %s; want it sent again", r)
+		}
+	})
+	wg.Wait()
+	if st := s.status(t); st.Stream.Messages != 2 {
+		t.Errorf("JOB holds %d jobs, want slow-1 and lost-1", st.Stream.Messages)
+	}
 }
 
 // On a bucket without direct gets no pool leases jobs, and the leases

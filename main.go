@@ -1324,7 +1324,7 @@ func enqueue(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")})
+	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}).AttemptTimeout(c.Duration("timeout"))
 	id := c.String("id")
 	ctx, cancel := context.WithTimeout(c.Context, 4*c.Duration("timeout"))
 	defer cancel()
@@ -1405,7 +1405,8 @@ func importJobs(c *cli.Context) error {
 		stop() // a second signal ends jobq at once
 	}()
 	progress := newImportProgress(c.App.ErrWriter, total)
-	sum, err := queue.Import(ctx, queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}), in, queue.ImportOptions{
+	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}).AttemptTimeout(c.Duration("timeout"))
+	sum, err := queue.Import(ctx, p, in, queue.ImportOptions{
 		Window:           c.Int("window"),
 		Strict:           c.Bool("strict"),
 		AckTimeout:       c.Duration("timeout"),

@@ -147,6 +147,12 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 			stop = fmt.Errorf("import stopped at line %d: %w; the lines from there on were not sent: once the server is back, run the same input again (lines with an id are stored once)", n, nats.ErrConnectionClosed)
 			break
 		}
+		if im.silent != nil {
+			// So would every line from here on, each after its own
+			// retries: hours for a large input.
+			stop = fmt.Errorf("import stopped at line %d: %w; the lines from there on were not sent: once %s answers, run the same input again (lines with an id are stored once)", n, im.silent, StreamJob)
+			break
+		}
 		line, tooLong, err := readLine(br, buf[:0], limit)
 		buf = line
 		if errors.Is(err, io.EOF) {
@@ -245,6 +251,9 @@ type importer struct {
 	// lines whose acks are late, all of them together (see settleOldest).
 	settling    context.Context
 	endSettling context.CancelFunc
+	// silent is the first line whose re-sends JOB did not acknowledge
+	// either: the import stops there (see Import).
+	silent error
 }
 
 type published struct {
@@ -279,14 +288,18 @@ func (im *importer) settleOldest(ctx context.Context) {
 		// a stop (Ctrl-C) the lines are settled still, all within one
 		// bound: with the stopped ctx the re-send would fail at once, and
 		// a job JOB holds be summed up as failed.
+		// So do the lines after one whose re-sends JOB did not answer.
 		rctx := ctx
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || im.silent != nil {
 			if im.settling == nil {
 				im.settling, im.endSettling = context.WithTimeout(context.WithoutCancel(ctx), max(im.opts.AckTimeout, time.Second))
 			}
 			rctx = im.settling
 		}
 		ack, err = im.p.Enqueue(rctx, msg.Subject, msg.Data, EnqueueOptions{ID: id, Header: msg.Header})
+		if err != nil && retryable(err) && im.silent == nil {
+			im.silent = fmt.Errorf("line %d: %w", pub.line, err)
+		}
 	case isFull(err):
 		err = fmt.Errorf("enqueue job %s on %s: %w (%w); stored jobs are kept: wait for workers to drain %s, or raise --max-store", id, msg.Subject, ErrFull, err, StreamJob)
 	default:

@@ -439,3 +439,38 @@ func TestImportStopWhileJOBIsSilentEndsWithinOneBound(t *testing.T) {
 		t.Errorf("the import ended %v after the stop, want within about 2.2s; summary %+v", took.Round(100*time.Millisecond), sum)
 	}
 }
+
+// JOB does not answer (its subjects narrowed here; a cluster without a
+// leader for JOB, a stalled store), and nobody stops the import: it stops
+// at the first line whose re-sends go unanswered too, and settles the lines
+// in flight within one bound. It went on, each line after its own retries,
+// one after another: 8 lines took 32s, a file of 10,000 hours.
+func TestImportWhileJOBIsSilentStopsAtTheFirstUnansweredLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	const n = 12
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"subject":"job.silent2","id":"s2-%d"}`, i))
+	}
+	cfg := b.obj.Jobs.CachedInfo().Config
+	narrowed := cfg
+	narrowed.Subjects = []string{"job.other.>"}
+	if _, err := b.js.UpdateStream(context.Background(), narrowed); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = b.js.UpdateStream(context.Background(), cfg) })
+	start := time.Now()
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(strings.Join(lines, "\n")), queue.ImportOptions{Window: 2, AckTimeout: 200 * time.Millisecond})
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "import stopped at line") || !strings.Contains(err.Error(), "run the same input again") {
+		t.Errorf("import: %v; want it stopped, saying to run the same input again", err)
+	}
+	if sum.Lines >= n || sum.Failed != sum.Lines || sum.Stored != 0 {
+		t.Errorf("summary %+v: want it stopped before the last of %d lines, each line read failed", sum, n)
+	}
+	// One line's retries, then one bound for the lines in flight.
+	if took > 15*time.Second {
+		t.Errorf("import of %d lines against a JOB that does not answer took %v", n, took.Round(100*time.Millisecond))
+	}
+}

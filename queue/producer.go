@@ -90,6 +90,16 @@ func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, 
 	return nil, fmt.Errorf("enqueue job %s on %s: %w", id, subject, last)
 }
 
+// AttemptTimeout sets how long each publish of Enqueue waits for its
+// acknowledgement before it is sent again (5s unless set; jobq enqueue's
+// --timeout), and returns p.
+func (p *Producer) AttemptTimeout(d time.Duration) *Producer {
+	if d > 0 {
+		p.attemptTimeout = d
+	}
+	return p
+}
+
 // EnqueueAsync checks a job and publishes it without waiting for the
 // stream's acknowledgement; the future reports it. The connection bounds how
 // many publishes are outstanding. Use it for bulk work; Enqueue for one job.
