@@ -155,6 +155,11 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 		}
 		line, tooLong, err := readLine(br, buf[:0], limit)
 		buf = line
+		if n == 1 {
+			// A byte order mark, as Windows tools write: not part of
+			// the first line's JSON.
+			line = bytes.TrimPrefix(line, []byte("\uFEFF"))
+		}
 		if errors.Is(err, io.EOF) {
 			break
 		}

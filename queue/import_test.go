@@ -474,3 +474,19 @@ func TestImportWhileJOBIsSilentStopsAtTheFirstUnansweredLine(t *testing.T) {
 		t.Errorf("import of %d lines against a JOB that does not answer took %v", n, took.Round(100*time.Millisecond))
 	}
 }
+
+// A file that starts with a UTF-8 byte order mark, as Windows tools write
+// one: its first line is a job like the others. It was malformed, "not a
+// JSON object".
+func TestImportSkipsAByteOrderMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	in := "\uFEFF" + `{"subject":"job.bom","id":"bom-1"}` + "\n" + `{"subject":"job.bom","id":"bom-2"}` + "\n"
+	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(in), queue.ImportOptions{})
+	if err != nil || sum.Stored != 2 || sum.Malformed != 0 {
+		t.Errorf("import: %+v, %v; want both lines stored", sum, err)
+	}
+	if got := b.storedJobs(t); len(got) != 2 || got[0].id != "bom-1" {
+		t.Errorf("JOB holds %+v, want bom-1 and bom-2", got)
+	}
+}
