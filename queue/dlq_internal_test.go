@@ -488,43 +488,8 @@ func TestSweepRemovesACopyThatWasDeadLetteredAlready(t *testing.T) {
 			if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "X"}); err != nil {
 				t.Fatal(err)
 			}
-			// What Pool.fail does on the last delivery, up to the ack,
-			// which a kill cuts off unless acked.
-			deadLetterLast := func(acked bool) {
-				t.Helper()
-				batch, err := obj.Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				n := 0
-				for m := range batch.Messages() {
-					n++
-					job, err := decodeJob(m)
-					if err != nil {
-						t.Fatal(err)
-					}
-					c, err := l.Claim(ctx, job, "w")
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := deadLetter(ctx, obj.JS, job, m.Headers(), "boom"); err != nil {
-						t.Fatal(err)
-					}
-					if err := l.Fail(ctx, &c, 0, "boom"); err != nil {
-						t.Fatal(err)
-					}
-					if acked {
-						if err := m.DoubleAck(ctx); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				if n != 1 {
-					t.Fatalf("fetched %d jobs, want 1", n)
-				}
-			}
 			if tt.redrive {
-				deadLetterLast(true)
+				deadLetterNext(t, obj, l, true)
 				d, err := FindDeadLetter(ctx, obj, "X")
 				if err != nil {
 					t.Fatal(err)
@@ -534,7 +499,7 @@ func TestSweepRemovesACopyThatWasDeadLetteredAlready(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			deadLetterLast(false)
+			deadLetterNext(t, obj, l, false)
 			// The operator gives up on X; jobq starts again.
 			if n, err := PurgeDeadLetters(ctx, obj); err != nil || n != 1 {
 				t.Fatalf("purge DLQ: %d, %v; want 1", n, err)
@@ -601,28 +566,8 @@ func TestRedriveOfADeadLetterWhoseCopyWasNotRemovedRunsOnce(t *testing.T) {
 	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "X"}); err != nil {
 		t.Fatal(err)
 	}
-	// What a pool does for a job that failed for good, up to its ack.
 	l := data.NewLedger(obj.Ledger, time.Second, obj.JS)
-	batch, err := obj.Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range batch.Messages() {
-		job, err := decodeJob(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := l.Claim(ctx, job, "killed")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := deadLetter(ctx, obj.JS, job, m.Headers(), "boom"); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Fail(ctx, &c, 0, "boom"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deadLetterNext(t, obj, l, false)
 	l.Close()
 	d, err := FindDeadLetter(ctx, obj, "X")
 	if err != nil {
@@ -721,5 +666,43 @@ func TestPurgeReportsEveryDeadLetterItDeletes(t *testing.T) {
 	}
 	if purged+left != stored || purged == 0 {
 		t.Errorf("%d dead letters stored, %d left in DLQ, and the purges said they deleted %d; want what was stored, left or said deleted", stored, left, purged)
+	}
+}
+
+// deadLetterNext fetches the next job from WORKER and does what a pool does
+// for a job that failed for good, up to its ack, which a kill -9 cuts off
+// unless acked.
+func deadLetterNext(t *testing.T, obj *Objects, l *data.Ledger, acked bool) {
+	t.Helper()
+	ctx := context.Background()
+	batch, err := obj.Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		job, err := decodeJob(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.Claim(ctx, job, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := deadLetter(ctx, obj.JS, job, m.Headers(), "boom"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Fail(ctx, &c, 0, "boom"); err != nil {
+			t.Fatal(err)
+		}
+		if acked {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("fetched %d jobs, want 1", n)
 	}
 }

@@ -405,6 +405,24 @@ func TestImportStoppedSumsUpStoredJobsAsStored(t *testing.T) {
 	}
 }
 
+// silentJOB narrows JOB's subjects, until t ends, so that JOB does not
+// answer for job.silent, and returns n lines of jobs on it.
+func silentJOB(t *testing.T, b *testBundle, n int) []string {
+	t.Helper()
+	cfg := b.obj.Jobs.CachedInfo().Config
+	narrowed := cfg
+	narrowed.Subjects = []string{"job.other.>"}
+	if _, err := b.js.UpdateStream(context.Background(), narrowed); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = b.js.UpdateStream(context.Background(), cfg) })
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"subject":"job.silent","id":"silent-%d"}`, i)
+	}
+	return lines
+}
+
 // Ctrl-C while JOB does not answer (its subjects narrowed here; a cluster
 // without a leader for JOB, a server restarting): the late lines' re-sends
 // share one bound, so the stop takes about an ack timeout and that bound.
@@ -414,17 +432,7 @@ func TestImportStopWhileJOBIsSilentEndsWithinOneBound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
 	const n = 16
-	var lines []string
-	for i := range n {
-		lines = append(lines, fmt.Sprintf(`{"subject":"job.silent","id":"silent-%d"}`, i))
-	}
-	cfg := b.obj.Jobs.CachedInfo().Config
-	narrowed := cfg
-	narrowed.Subjects = []string{"job.other.>"}
-	if _, err := b.js.UpdateStream(context.Background(), narrowed); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = b.js.UpdateStream(context.Background(), cfg) })
+	lines := silentJOB(t, b, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stopped time.Time
@@ -449,17 +457,7 @@ func TestImportWhileJOBIsSilentStopsAtTheFirstUnansweredLine(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
 	const n = 12
-	var lines []string
-	for i := range n {
-		lines = append(lines, fmt.Sprintf(`{"subject":"job.silent2","id":"s2-%d"}`, i))
-	}
-	cfg := b.obj.Jobs.CachedInfo().Config
-	narrowed := cfg
-	narrowed.Subjects = []string{"job.other.>"}
-	if _, err := b.js.UpdateStream(context.Background(), narrowed); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = b.js.UpdateStream(context.Background(), cfg) })
+	lines := silentJOB(t, b, n)
 	start := time.Now()
 	sum, err := queue.Import(context.Background(), b.prod, strings.NewReader(strings.Join(lines, "\n")), queue.ImportOptions{Window: 2, AckTimeout: 200 * time.Millisecond})
 	took := time.Since(start)
