@@ -300,6 +300,11 @@ func patternProblem(pattern string) string {
 	if reason := textProblem(pattern); reason != "" {
 		return reason
 	}
+	if len(pattern) > MaxSubjectLen {
+		// Each token matches one byte or more: so long a pattern matches
+		// no subject.
+		return fmt.Sprintf("longer than %d bytes, as no job subject is", MaxSubjectLen)
+	}
 	toks := strings.Split(pattern, ".")
 	for i, tok := range toks {
 		switch {

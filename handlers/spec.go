@@ -72,7 +72,7 @@ func ParseSpec(spec string, log zerolog.Logger) (Handler, error) {
 // be empty; ParseSpec checks the rest. Errors are one line ending in the
 // expected form.
 func ParseRoute(s string) (pattern, spec string, err error) {
-	pattern, spec, ok := strings.Cut(s, "=")
+	pattern, spec, ok := cutRoute(s)
 	if !ok {
 		return "", "", fmt.Errorf(`handler route has no "=": %s`, routeForm)
 	}
@@ -90,6 +90,24 @@ func ParseRoute(s string) (pattern, spec string, err error) {
 		return "", "", fmt.Errorf("handler route for %q has an empty spec: %s", pattern, routeForm)
 	}
 	return pattern, spec, nil
+}
+
+// cutRoute cuts a route at its first "=" that a handler spec follows
+// (log, exec:, http:, https:), so that a subject with "=" in it, which NATS
+// takes, can have a route of its own; with none such, at its first "=",
+// for ParseSpec to say what is wrong with the spec.
+func cutRoute(s string) (pattern, spec string, ok bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '=' {
+			continue
+		}
+		kind, _, _ := strings.Cut(strings.TrimSpace(s[i+1:]), ":")
+		switch kind {
+		case "log", "exec", "http", "https":
+			return s[:i], s[i+1:], true
+		}
+	}
+	return strings.Cut(s, "=")
 }
 
 // matchesJobs reports whether the valid pattern can match a subject under
