@@ -169,14 +169,24 @@ func (h *execHandler) env(job *data.Job) []string {
 
 // envSafe returns v as an environment variable can hold it: percent-encoded
 // (as the http handler's headers) if it holds a NUL, which another NATS
-// client may put in a job's ID or subject. The command could never start
-// with it, and the job would be retried to no end.
+// client may put in a job's ID or subject; and as its ledger key (data.Key:
+// "==" and its SHA-256) if longer than maxEnvValue, as another client's ID
+// may be. The command could never start with either, and the job would be
+// retried to no end.
 func envSafe(v string) string {
-	if strings.IndexByte(v, 0) < 0 {
-		return v
+	safe := v
+	if strings.IndexByte(v, 0) >= 0 {
+		safe = url.PathEscape(v)
 	}
-	return url.PathEscape(v)
+	if len(safe) > maxEnvValue {
+		return data.Key(v)
+	}
+	return safe
 }
+
+// maxEnvValue is the longest value envSafe passes as it is, well under
+// what Linux takes for one environment variable (128 KiB).
+const maxEnvValue = 64 << 10
 
 // tailBuffer keeps the last limit bytes written to it.
 type tailBuffer struct {
