@@ -336,6 +336,38 @@ func TestEnqueueWaitsTimeoutForEachPublish(t *testing.T) {
 	}
 }
 
+// --max-store lowered on an existing store (the disk got smaller, or the
+// first guess was too generous): JOB and DLQ get their new, smaller caps,
+// and the stored job is kept. jobq serve did not start: the caps from
+// before added up to more than the new limit, and the server refused even
+// the edits that lower them (10047, insufficient storage resources).
+func TestServeStartsAfterMaxStoreIsLowered(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := startServe(t, serveOpts{dir: dir, args: []string{"--max-store", "1073741824"}}) // 1 GiB
+	s.enqueue(t, "job.keep", "x", "lowered-1")
+	s.Stop(t)
+
+	s = launchServe(t, serveOpts{dir: dir, args: []string{"--max-store", "268435456"}}) // 256 MiB
+	if err := s.waitReady(readyTimeout); err != nil {
+		s.ended = true
+		t.Fatalf("serve with --max-store lowered from 1 GiB to 256 MiB: %v\nlog:\n%s", err, s.logTail(4))
+	}
+	js := s.jetStream(t)
+	for name, want := range map[string]int64{"JOB": 192 << 20, "DLQ": 32 << 20} {
+		st, err := js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.MaxBytes; got != want {
+			t.Errorf("stream %s: max bytes %d, want %d", name, got, want)
+		}
+	}
+	if got := s.status(t).counts(); got.Messages != 1 {
+		t.Errorf("after restart: got %+v, want the stored job kept", got)
+	}
+}
+
 // On a bucket without direct gets no pool leases jobs, and the leases
 // cannot be read: jobq job of a job with no record says so, as before it
 // read the leases, rather than fail on the read.

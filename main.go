@@ -720,6 +720,70 @@ func routes(c *cli.Context, log zerolog.Logger) (*handlers.Router, error) {
 	return r, nil
 }
 
+// startEmbedded starts the embedded server on sc. After --max-store was
+// lowered, the caps the streams hold from before add up to more than it,
+// and the server refuses every stream edit, even one that lowers a cap,
+// and cannot lower its own limit while it runs: so the caps are lowered
+// first, on the server started once under a limit they fit. jobq serve
+// did not start there (insufficient storage resources).
+func startEmbedded(ctx context.Context, sc server.Config, qc queue.Config, log zerolog.Logger) (*server.Server, error) {
+	srv, err := server.Start(ctx, sc)
+	if err != nil || sc.MaxStore <= 0 {
+		return srv, err
+	}
+	stop := func(s *server.Server) {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.Shutdown(sctx)
+	}
+	reserved, err := reservedStore(ctx, srv)
+	if err != nil || reserved <= uint64(sc.MaxStore) {
+		if err != nil {
+			stop(srv)
+			return nil, err
+		}
+		return srv, nil
+	}
+	log.Info().Uint64("caps", reserved).Int64("max_store", sc.MaxStore).Msg("the streams' caps add up to more than --max-store: lowering them first")
+	stop(srv)
+	room := sc
+	room.MaxStore, room.Listen = 1<<60, ""
+	if srv, err = server.Start(ctx, room); err != nil {
+		return nil, err
+	}
+	nc, err := srv.Connect()
+	if err == nil {
+		var js jetstream.JetStream
+		if js, err = jetstream.New(nc); err == nil {
+			_, err = queue.Provision(ctx, js, qc, log)
+		}
+		nc.Close()
+	}
+	stop(srv)
+	if err != nil {
+		return nil, fmt.Errorf("lower the streams' caps to --max-store %d: %w", sc.MaxStore, err)
+	}
+	return server.Start(ctx, sc)
+}
+
+// reservedStore is what the caps of srv's streams add up to.
+func reservedStore(ctx context.Context, srv *server.Server) (uint64, error) {
+	nc, err := srv.Connect()
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	info, err := js.AccountInfo(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the store's use: %w", err)
+	}
+	return info.ReservedStore, nil
+}
+
 func serve(c *cli.Context) (err error) {
 	// A stop signal from here on ends serve gracefully, during start-up too.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -792,7 +856,7 @@ func serve(c *cli.Context) (err error) {
 		}
 		log.Info().Str("server", redactURL(url)).Msg("using external nats server")
 	} else {
-		srv, err := server.Start(ctx, sc)
+		srv, err := startEmbedded(ctx, sc, qc, log)
 		if err != nil {
 			return interrupted(err)
 		}

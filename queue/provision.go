@@ -36,6 +36,24 @@ type Objects struct {
 // storage, ack policy, push consumer) is an ErrConflict and nothing is
 // deleted.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (*Objects, error) {
+	o, err := provision(ctx, js, cfg, log)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStorageResourcesExceeded {
+		return nil, fmt.Errorf("%w: %w; raise the limit (jobq serve --max-store, or the server's max_file_store), or lower the caps of %s and %s first (nats stream edit %s --max-bytes N)", ErrStoreLimit, err, StreamJob, StreamDLQ, StreamJob)
+	}
+	return o, err
+}
+
+// ErrStoreLimit is a stream the server would not make or edit, as the caps
+// the streams hold, with the new one, add up to more than its storage
+// limit: so after --max-store was lowered, even for an edit that lowers a
+// cap.
+var ErrStoreLimit = errors.New("the caps of the server's streams add up to more than its storage limit")
+
+// jsErrStorageResourcesExceeded is nats-server's code for ErrStoreLimit.
+const jsErrStorageResourcesExceeded = 10047
+
+func provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (*Objects, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
+	"github.com/jobq/jobq/server"
 	"github.com/jobq/jobq/server/servertest"
 )
 
@@ -257,5 +258,45 @@ func TestOpenReadsTheProvisionedSettings(t *testing.T) {
 	if got := obj.Config; got.MaxDeliver != want.MaxDeliver || got.AckWait != want.AckWait || got.ProcessedTTL != want.ProcessedTTL {
 		t.Errorf("open: got max deliver %d, ack wait %s, ttl %s; want %d, %s, %s",
 			got.MaxDeliver, got.AckWait, got.ProcessedTTL, want.MaxDeliver, want.AckWait, want.ProcessedTTL)
+	}
+}
+
+// A server whose storage limit was lowered below the caps its streams hold
+// (a NATS server given a smaller max_file_store, as jobq serve --server
+// uses) refuses every stream edit, even one that lowers a cap. Provision
+// says so in one line, and what to do; it gave the server's bare "insufficient
+// storage resources available".
+func TestProvisionSaysWhenTheCapsExceedTheServersLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	big := server.Config{StoreDir: dir, MaxStore: 1 << 30, Logger: servertest.Logger(t)}
+	srv, err := server.Start(ctx, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(servertest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := queue.Config{}
+	cfg.MaxBytes, cfg.DeadMaxBytes = queue.StoreShares(1 << 30)
+	if _, err := queue.Provision(ctx, js, cfg, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	small := big
+	small.MaxStore = 256 << 20
+	js, err = jetstream.New(servertest.Connect(t, servertest.StartConfig(t, small)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxBytes, cfg.DeadMaxBytes = queue.StoreShares(256 << 20)
+	_, err = queue.Provision(ctx, js, cfg, zerolog.Nop())
+	if !errors.Is(err, queue.ErrStoreLimit) || !strings.Contains(err.Error(), "--max-store") || !strings.Contains(err.Error(), "nats stream edit JOB --max-bytes") {
+		t.Errorf("Provision: %v; want ErrStoreLimit, saying what to do", err)
 	}
 }
