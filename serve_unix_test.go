@@ -70,3 +70,21 @@ func TestCLISigtermDuringStartUpExitsZero(t *testing.T) {
 		}
 	}
 }
+
+// jobq serve --server, stopped while that server is away (a NATS cluster
+// restarted for maintenance), stops within --shutdown-timeout: it has no
+// running job to wait for, and the server cannot answer it anyway. It
+// waited 10s more for the delete of its pool's lease.
+func TestServeStopsInTimeWhileItsServerIsAway(t *testing.T) {
+	t.Parallel()
+	broker := startServe(t, serveOpts{})
+	w := startServe(t, serveOpts{args: []string{"--server", broker.url, "--handler", "job.>=log", "--shutdown-timeout", "2s"}})
+	broker.enqueue(t, "job.away", "x", "away-1")
+	broker.waitState(t, "away-1", "done")
+	broker.Stop(t)
+	time.Sleep(time.Second) // its connections see the server gone
+
+	if took := w.Stop(t); took > 5*time.Second {
+		t.Errorf("serve --server --shutdown-timeout 2s, its server away, took %s to stop after SIGTERM; want within 5s", took.Round(100*time.Millisecond))
+	}
+}

@@ -634,12 +634,26 @@ func (l *lease) close(p *Pool, limit time.Time) {
 	if l.last == 0 || len(l.jobs) > 0 {
 		return
 	}
+	// With the connection down, or once Stop's ctx ended, the delete
+	// waits no more: it would wait in the reconnect buffer, and hold the
+	// stop past its time. The lease ends on its own.
+	if !p.obj.JS.Conn().IsConnected() {
+		p.log.Warn().Msg("delete the pool's lease: no connection to the server; it stays until it ends")
+		return
+	}
 	deadline := time.Now().Add(opTimeout)
 	if !limit.IsZero() && limit.Before(deadline) {
 		deadline = limit
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	go func() {
+		select {
+		case <-p.cut:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if err := p.ledger.DeleteLease(ctx, l.owner, 0); err != nil {
 		p.log.Warn().Err(err).Msg("delete the pool's lease: it stays until it ends")
 		return
