@@ -554,15 +554,7 @@ func TestSweepRemovesACopyThatWasDeadLetteredAlready(t *testing.T) {
 func TestRedriveOfADeadLetterWhoseCopyWasNotRemovedRunsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := servertest.Start(t)
-	js, err := jetstream.New(servertest.Connect(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := Provision(ctx, js, Config{MaxDeliver: 3, AckWait: 2 * time.Second, FetchWait: 200 * time.Millisecond, RetryBackoff: []time.Duration{10 * time.Millisecond}}, servertest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := objectsWith(t, Config{MaxDeliver: 3, AckWait: 2 * time.Second, FetchWait: 200 * time.Millisecond, RetryBackoff: []time.Duration{10 * time.Millisecond}})
 	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("p"), EnqueueOptions{ID: "X"}); err != nil {
 		t.Fatal(err)
 	}
@@ -621,15 +613,7 @@ func TestRedriveOfADeadLetterWhoseCopyWasNotRemovedRunsOnce(t *testing.T) {
 func TestPurgeReportsEveryDeadLetterItDeletes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := servertest.Start(t)
-	js, err := jetstream.New(servertest.Connect(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := Provision(ctx, js, Config{}, servertest.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := objectsWith(t, Config{})
 	stop := make(chan struct{})
 	var stored uint64
 	done := make(chan struct{})
