@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
 )
 
 // maxErrorHeader bounds the error text kept in a dead letter's header.
@@ -367,6 +368,15 @@ func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, err
 // It returns where JOB stored the re-drive and the ID it runs under, also
 // when only the dead letter's removal failed.
 func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive, error) {
+	// Its headers are what the client that stored it wrote: a subject
+	// outside job.> would be published to as is, with this client's
+	// rights ($JS.API.STREAM.PURGE.JOB purged every job).
+	if err := handlers.ValidSubject(d.Subject); err != nil {
+		return nil, fmt.Errorf("re-enqueue dead letter %d: its %s header: %w; it stays in %s (remove it with nats stream rmm %s %d)", d.Seq, HeaderSubject, err, StreamDLQ, StreamDLQ, d.Seq)
+	}
+	if d.ID == "" {
+		return nil, fmt.Errorf("re-enqueue dead letter %d: it has no %s header; it stays in %s (remove it with nats stream rmm %s %d)", d.Seq, HeaderJobID, StreamDLQ, StreamDLQ, d.Seq)
+	}
 	anew, err := jobStreamAnewSince(ctx, obj, d)
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)

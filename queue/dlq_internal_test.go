@@ -9,6 +9,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -688,5 +689,55 @@ func deadLetterNext(t *testing.T, obj *Objects, l *data.Ledger, acked bool) {
 	}
 	if n != 1 {
 		t.Fatalf("fetched %d jobs, want 1", n)
+	}
+}
+
+// A dead letter's headers are what the client that stored it wrote (an
+// external worker allowed to publish on dlq.>). Its re-drive was published
+// to its Jobq-Subject as is, with the operator's rights: one naming
+// $JS.API.STREAM.PURGE.JOB purged every pending job at a click on Retry.
+// Such a dead letter is now refused, and stays, and so is one without a
+// job ID.
+func TestRetryRefusesADeadLetterWithASubjectOutsideJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	prod := NewProducer(obj.JS, obj.Config)
+	for i := range 3 {
+		if _, err := prod.Enqueue(ctx, "job.pay.charge", []byte(`{}`), EnqueueOptions{ID: fmt.Sprintf("pay-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct{ id, subject, want string }{
+		{"pay-refund-7", "$JS.API.STREAM.PURGE." + StreamJob, "its Jobq-Subject header"},
+		{"pay-refund-8", SubjectDLQPrefix + "job.pay.charge", "its Jobq-Subject header"},
+		{"", "job.pay.charge", "it has no Jobq-Job-Id header"},
+	} {
+		m := nats.NewMsg(SubjectDLQPrefix + "job.pay.charge")
+		m.Header.Set(HeaderJobID, tt.id)
+		m.Header.Set(HeaderSubject, tt.subject)
+		m.Header.Set(HeaderError, "card declined")
+		m.Header.Set(HeaderFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
+		ack, err := obj.JS.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := FindDeadLetter(ctx, obj, strconv.FormatUint(ack.Sequence, 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := RetryDeadLetter(ctx, obj, d); err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "nats stream rmm DLQ") {
+			t.Errorf("retry of a dead letter of ID %q on %q: %v; want it refused, %q", tt.id, tt.subject, err, tt.want)
+		}
+		if _, err := FindDeadLetter(ctx, obj, strconv.FormatUint(ack.Sequence, 10)); err != nil {
+			t.Errorf("the refused dead letter is gone: %v", err)
+		}
+	}
+	info, err := obj.Jobs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Errorf("JOB holds %d jobs after the retries, want the 3 pending ones", info.State.Msgs)
 	}
 }
