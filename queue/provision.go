@@ -138,10 +138,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	have := s.CachedInfo().Config
 	if have.Retention != want.Retention {
-		return nil, fmt.Errorf("%w: stream %s has retention %s, jobq needs %s; point --store-dir elsewhere or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Retention, want.Retention)
+		return nil, fmt.Errorf("%w: stream %s has retention %s, jobq needs %s; use another store (--store-dir, or with --server another server) or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Retention, want.Retention)
 	}
 	if have.Storage != want.Storage {
-		return nil, fmt.Errorf("%w: stream %s has %s storage, jobq needs %s; point --store-dir elsewhere or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Storage, want.Storage)
+		return nil, fmt.Errorf("%w: stream %s has %s storage, jobq needs %s; use another store (--store-dir, or with --server another server) or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Storage, want.Storage)
 	}
 	if err := sameReplicas("stream "+want.Name, have.Replicas, want.Replicas, "nats stream edit "+want.Name+" --replicas "+strconv.Itoa(want.Replicas)); err != nil {
 		return nil, err
