@@ -323,3 +323,70 @@ func TestHandlerStopsItsOwnPool(t *testing.T) {
 		})
 	}
 }
+
+// A backlog across restarts: a job fetched behind a long one is handed back
+// by each stop, a delivery spent each time; on its last one it is kept, but
+// the stop's time runs out and it goes back unstarted again. It was then
+// dead-lettered, "deliveries exhausted … released by shutdown before it
+// started", with 3 attempts, though it never ran and never failed. It is
+// enqueued again instead, and runs once.
+func TestBacklogJobIsNotDeadLetteredUnrunAcrossStops(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{Workers: 1, AckWait: 2 * time.Second})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	block := func(ctx context.Context, job *data.Job) error {
+		mu.Lock()
+		runs[job.ID]++
+		mu.Unlock()
+		if job.ID == "first" {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	for round := 1; round <= 3; round++ {
+		p := queue.NewPool(b.obj, handlers.HandlerFunc(block), servertest.Logger(t))
+		if err := p.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if round == 1 {
+			b.enqueue(t, "job.s", "first", "x")
+			waitFor(t, 10*time.Second, func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				if runs["first"] == 0 {
+					return fmt.Errorf("first not running")
+				}
+				return nil
+			})
+			b.enqueue(t, "job.s", "waiting", "x")
+		}
+		b.waitAckPending(t, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		if err := p.Stop(ctx); err != nil {
+			t.Fatalf("stop %d: %v", round, err)
+		}
+		cancel()
+	}
+	b.startPool(t, handlers.HandlerFunc(block))
+	b.waitState(t, "waiting", data.StateDone)
+	waitFor(t, 30*time.Second, func() error {
+		if left := b.storedJobs(t); len(left) != 0 {
+			return fmt.Errorf("JOB still holds %+v", left)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if n := runs["waiting"]; n != 1 {
+		t.Errorf("job waiting ran %d times, want once", n)
+	}
+	if _, err := queue.DeadLetterOf(context.Background(), b.obj, "waiting"); err == nil {
+		t.Errorf("job waiting, which never failed, has a dead letter")
+	}
+	// first ran three times, cut off each time: in DLQ, as it should be.
+	if _, err := queue.DeadLetterOf(context.Background(), b.obj, "first"); err != nil {
+		t.Errorf("job first, cut off on each of its deliveries: %v, want its dead letter", err)
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/jobq/jobq/data"
 )
@@ -141,6 +143,8 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	case errors.Is(err, data.ErrNotFound):
 	case err != nil && !errors.Is(err, data.ErrCorruptRecord):
 		return false, err
+	case neverRan(rec):
+		return false, p.requeue(ctx, job, m, log)
 	}
 	cause := fmt.Sprintf("deliveries exhausted (max deliver %d)", p.cfg.MaxDeliver)
 	if rec.LastError != "" {
@@ -162,6 +166,42 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	log.Error().Str("error", cause).Msg("job dead-lettered: deliveries exhausted")
 	return true, nil
+}
+
+// neverRan reports whether rec is of a job that never ran: released by a
+// shutdown before it started (see Pool.releaseUnstarted), on every delivery
+// it had, with no earlier attempt that may have run.
+func neverRan(rec data.Record) bool {
+	return rec.State == data.StateRetrying && rec.LastError == data.CauseReleased && rec.Attempts == 0 && !rec.Resumed
+}
+
+// requeue stores a copy of the exhausted job m, which never ran (its
+// deliveries went to stops that handed it back), at the end of JOB under
+// its own job ID, then removes m. Dead-lettered, it would be said to have
+// failed. The copy's Nats-Msg-Id comes from m's sequence and stored time,
+// so that one stored again after a crash is a duplicate.
+func (p *Pool) requeue(ctx context.Context, job *data.Job, m *jetstream.RawStreamMsg, log zerolog.Logger) error {
+	c := nats.NewMsg(m.Subject)
+	c.Data = m.Data
+	for k, v := range m.Header {
+		if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
+			c.Header[k] = v
+		}
+	}
+	c.Header.Set(HeaderJobID, job.ID)
+	c.Header.Set(nats.MsgIdHdr, retryIDPrefix+"requeue-"+strconv.FormatUint(m.Sequence, 10)+"-"+strconv.FormatInt(m.Time.UnixNano(), 10))
+	ack, err := p.obj.JS.PublishMsg(ctx, c)
+	if err == nil && ack.Stream != StreamJob {
+		err = fmt.Errorf("stored in stream %s", ack.Stream)
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue job %s again, whose deliveries went to stops before it ever ran: %w", job.ID, err)
+	}
+	if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
+		return fmt.Errorf("remove job %s, enqueued again at %d, from %s: %w", job.ID, ack.Sequence, StreamJob, err)
+	}
+	log.Warn().Uint64("new_seq", ack.Sequence).Msg("job's deliveries went to stops before it ever ran: enqueued again")
+	return nil
 }
 
 // exhausted is a MAX_DELIVERIES advisory's job: its sequence in JOB, and
