@@ -331,8 +331,23 @@ func TestHandlerStopsItsOwnPool(t *testing.T) {
 // started", with 3 attempts, though it never ran and never failed. It is
 // enqueued again instead, and runs once.
 func TestBacklogJobIsNotDeadLetteredUnrunAcrossStops(t *testing.T) {
-	t.Parallel()
+	for _, withID := range []bool{true, false} {
+		t.Run(fmt.Sprintf("with an ID %v", withID), func(t *testing.T) {
+			t.Parallel()
+			backlogAcrossStops(t, withID)
+		})
+	}
+}
+
+// backlogAcrossStops runs TestBacklogJobIsNotDeadLetteredUnrunAcrossStops,
+// its waiting job published with an ID of its own, or without one (known by
+// its stream sequence, seq-2).
+func backlogAcrossStops(t *testing.T, withID bool) {
 	b := setup(t, queue.Config{Workers: 1, AckWait: 2 * time.Second})
+	waiting := "waiting"
+	if !withID {
+		waiting = data.SeqID(2)
+	}
 	var mu sync.Mutex
 	runs := map[string]int{}
 	block := func(ctx context.Context, job *data.Job) error {
@@ -360,7 +375,11 @@ func TestBacklogJobIsNotDeadLetteredUnrunAcrossStops(t *testing.T) {
 				}
 				return nil
 			})
-			b.enqueue(t, "job.s", "waiting", "x")
+			if withID {
+				b.enqueue(t, "job.s", "waiting", "x")
+			} else if _, err := b.js.Publish(context.Background(), "job.s", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
 		}
 		b.waitAckPending(t, 2)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -370,7 +389,7 @@ func TestBacklogJobIsNotDeadLetteredUnrunAcrossStops(t *testing.T) {
 		cancel()
 	}
 	b.startPool(t, handlers.HandlerFunc(block))
-	b.waitState(t, "waiting", data.StateDone)
+	b.waitState(t, waiting, data.StateDone)
 	waitFor(t, 30*time.Second, func() error {
 		if left := b.storedJobs(t); len(left) != 0 {
 			return fmt.Errorf("JOB still holds %+v", left)
@@ -379,11 +398,11 @@ func TestBacklogJobIsNotDeadLetteredUnrunAcrossStops(t *testing.T) {
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	if n := runs["waiting"]; n != 1 {
-		t.Errorf("job waiting ran %d times, want once", n)
+	if n := runs[waiting]; n != 1 {
+		t.Errorf("job %s ran %d times, want once", waiting, n)
 	}
-	if _, err := queue.DeadLetterOf(context.Background(), b.obj, "waiting"); err == nil {
-		t.Errorf("job waiting, which never failed, has a dead letter")
+	if _, err := queue.DeadLetterOf(context.Background(), b.obj, waiting); err == nil {
+		t.Errorf("job %s, which never failed, has a dead letter", waiting)
 	}
 	// first ran three times, cut off each time: in DLQ, as it should be.
 	if _, err := queue.DeadLetterOf(context.Background(), b.obj, "first"); err != nil {
