@@ -424,6 +424,9 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 		// re-drive's headers take it over.
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %d bytes with its headers, more than %s takes; raise the server's max_payload (jobq serve --max-payload) and try again, or publish its payload anew", d.Seq, len(m.Data)+headerLen(m.Header), StreamJob)
 	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return nil, fmt.Errorf("re-enqueue dead letter %d: no stream took subject %s (%w); it stays in %s: see that %s takes it (nats stream info %s)", d.Seq, d.Subject, err, StreamDLQ, StreamJob, StreamJob)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 	}

@@ -741,3 +741,32 @@ func TestRetryRefusesADeadLetterWithASubjectOutsideJob(t *testing.T) {
 		t.Errorf("JOB holds %d jobs after the retries, want the 3 pending ones", info.State.Msgs)
 	}
 }
+
+// A dead letter whose subject JOB no longer takes (its subjects narrowed by
+// hand): the retry says so and what to look at, and the dead letter stays.
+// It said only "nats: no response from stream".
+func TestRetryOfADeadLetterJOBDoesNotTakeSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	job := &data.Job{ID: "narrowed-1", Subject: "job.old.x", Seq: 1, EnqueuedAt: time.Now()}
+	if err := deadLetter(ctx, obj.JS, job, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := obj.Jobs.CachedInfo().Config
+	cfg.Subjects = []string{"job.new.>"}
+	if _, err := obj.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	d, err := FindDeadLetter(ctx, obj, "narrowed-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = RetryDeadLetter(ctx, obj, d)
+	if err == nil || !strings.Contains(err.Error(), "no stream took subject job.old.x") || !strings.Contains(err.Error(), "nats stream info JOB") {
+		t.Errorf("retry: %v; want it to say no stream took job.old.x, and what to look at", err)
+	}
+	if _, err := FindDeadLetter(ctx, obj, "narrowed-1"); err != nil {
+		t.Errorf("the dead letter is gone: %v", err)
+	}
+}
