@@ -34,6 +34,12 @@ timeout: 3s
 	for k, v := range badValues {
 		os.WriteFile(filepath.Join(dir, k+".yaml"), []byte(k+": "+v+"\n"), 0o600)
 	}
+	literal := filepath.Join(dir, "literal.yaml")
+	os.WriteFile(literal, []byte("token: 0123\npassword: 1e3\nuser: 1_000\n"), 0o600)
+	null := filepath.Join(dir, "null.yaml")
+	os.WriteFile(null, []byte("listen:\nworkers: ~\n"), 0o600)
+	noListen := filepath.Join(dir, "no-listen.yaml")
+	os.WriteFile(noListen, []byte("listen:\n"), 0o600)
 	notYAML := filepath.Join(dir, "not.yaml")
 	os.WriteFile(notYAML, []byte("a: [\n"), 0o600)
 	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
@@ -98,6 +104,26 @@ timeout: 3s
 		{name: "no file named", args: []string{"jobq", "serve", "--config"}, wantErr: "--config needs a file"},
 		{name: "not a number", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "workers.yaml")}, wantErr: "workers.yaml: workers: invalid value \"abc\": want a whole number"},
 		{name: "a duration without its unit", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "shutdown-timeout.yaml")}, wantErr: "shutdown-timeout.yaml: shutdown-timeout: invalid value \"5\": want a duration with its unit"},
+		// Read as YAML numbers before: token 0123 became the octal 83, and
+		// the server took a token its clients did not know.
+		{
+			name: "a value is the text as written",
+			args: []string{"jobq", "status", "--config", literal},
+			want: []string{"jobq", "status", "--password", "1e3", "--token", "0123", "--user", "1_000"},
+		},
+		// The flag parser ignores an empty variable for a number or a
+		// duration: the file's value stands. It was dropped, and the
+		// built-in default taken, which neither asked for.
+		{
+			name: "an empty variable wins only where the parser takes it",
+			args: []string{"jobq", "serve", "--config", file},
+			env:  map[string]string{"JOBQ_WORKERS": "", "JOBQ_STORE_DIR": "", "JOBQ_DEMO": ""},
+			want: []string{"jobq", "serve", "--handler", "job.email.*=exec:./send.sh a,b", "--handler", "job.sms=log", "--workers", "8"},
+		},
+		// A key with no value was dropped, silently: listen: meant the
+		// default address, not none.
+		{name: "no value is the empty one", args: []string{"jobq", "serve", "--config", noListen}, want: []string{"jobq", "serve", "--listen", ""}},
+		{name: "no value for a number", args: []string{"jobq", "serve", "--config", null}, wantErr: `workers: invalid value "": want a whole number`},
 		{name: "not a boolean", args: []string{"jobq", "serve", "--config", filepath.Join(dir, "no-ledger.yaml")}, wantErr: "no-ledger.yaml: no-ledger: invalid value \"maybe\": want true or false"},
 	}
 	for _, tt := range tests {

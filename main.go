@@ -153,7 +153,9 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	var settings map[string]any
+	// Nodes, not Go values: a value is the text as written (token: 0123
+	// is 0123, not the octal 83).
+	var settings map[string]yaml.Node
 	if err := yaml.Unmarshal(raw, &settings); err != nil {
 		return nil, usageError{fmt.Errorf("config %s: %w", path, oneLineErr(err))}
 	}
@@ -207,7 +209,7 @@ func configArgs(app *cli.App, args []string, lookupEnv func(string) (string, boo
 			return nil, badUsage("config %s: %s and %s are one setting; keep one", path, other, k)
 		}
 		given[name] = k
-		if _, set := lookupEnv(env(name)[0]); set || onCommandLine(f) {
+		if envWins(f, lookupEnv) || onCommandLine(f) {
 			continue // the environment and the command line win
 		}
 		values, err := configValues(settings[k])
@@ -254,27 +256,46 @@ func flagValueOK(f cli.Flag, v string) error {
 	return errors.New("not a value this setting takes; see --help")
 }
 
-// configValues turns a YAML value into flag values: a scalar is one, a list
+// envWins reports whether f's environment variable is set so that the flag
+// parser takes it: an empty one it takes for text and true/false flags
+// only, and ignores for the rest, where the config file's value stands.
+func envWins(f cli.Flag, lookupEnv func(string) (string, bool)) bool {
+	v, set := lookupEnv(env(f.Names()[0])[0])
+	switch f.(type) {
+	case *cli.StringFlag, *cli.BoolFlag:
+		return set
+	}
+	return set && v != ""
+}
+
+// configValues turns a YAML value into flag values, each the text as
+// written: a scalar is one (no value, ~ or null, is the empty one), a list
 // is one per item (for repeatable flags such as handler).
-func configValues(v any) ([]string, error) {
-	switch v := v.(type) {
-	case []any:
+func configValues(n yaml.Node) ([]string, error) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return configValues(*n.Alias)
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return []string{""}, nil
+		}
+		return []string{n.Value}, nil
+	case yaml.SequenceNode:
 		var out []string
-		for _, item := range v {
-			s, err := configValues(item)
+		for _, item := range n.Content {
+			if item.Kind == yaml.SequenceNode || item.Kind == yaml.MappingNode {
+				return nil, errors.New("want a value or a list of values, not a list of lists or maps")
+			}
+			s, err := configValues(*item)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, s...)
 		}
 		return out, nil
-	case map[string]any:
-		return nil, errors.New("want a value or a list of values, not a map")
-	case nil:
-		return nil, nil
-	default:
-		return []string{fmt.Sprint(v)}, nil
 	}
+	return nil, errors.New("want a value or a list of values, not a map")
 }
 
 func oneLineErr(err error) error { return errors.New(oneLine(err.Error())) }
