@@ -2397,6 +2397,9 @@ func completionCommand() *cli.Command {
 		Usage:     "print a shell completion script: bash, zsh or fish",
 		ArgsUsage: "bash|zsh|fish",
 		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return badUsage("completion takes one shell: bash, zsh or fish")
+			}
 			switch c.Args().First() {
 			case "bash":
 				fmt.Fprint(c.App.Writer, bashCompletion)

@@ -1205,6 +1205,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "version with an argument", args: []string{"version", "extra"}, want: []string{"no arguments"}},
 		{name: "bench with an argument", args: []string{"bench", "extra"}, want: []string{"no arguments"}},
 		{name: "completion for no shell", args: []string{"completion", "tcsh"}, want: []string{"bash, zsh or fish"}},
+		{name: "completion for two shells", args: []string{"completion", "bash", "zsh"}, want: []string{"one shell: bash, zsh or fish"}},
 		{name: "malformed ack wait", args: []string{"serve", "--ack-wait", "5"}, want: []string{"ack-wait", `"5"`}},
 		{name: "ack wait under a second", args: []string{"serve", "--ack-wait", "10ms"}, want: []string{"ack wait 10ms", "1s or more"}},
 		{name: "max deliver 0", args: []string{"serve", "--max-deliver", "0"}, want: []string{"--max-deliver 0", "1 or more"}},
