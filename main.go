@@ -2083,6 +2083,8 @@ func dlqRetry(c *cli.Context) error {
 		// RunsAs: the ID the re-drive runs under, when not ID (see
 		// queue.Redrive).
 		RunsAs string `json:"runs_as,omitempty"`
+		// Done: recorded done already, so it is acked without running.
+		Done bool `json:"done,omitempty"`
 	}
 	results := []result{}
 	retry := func(d queue.DeadLetter) error {
@@ -2090,7 +2092,7 @@ func dlqRetry(c *cli.Context) error {
 		// both: it counts as retried.
 		r, err := queue.RetryDeadLetter(c.Context, obj, d)
 		if r != nil {
-			res := result{ID: d.ID, DLQSeq: d.Seq, Seq: r.Sequence}
+			res := result{ID: d.ID, DLQSeq: d.Seq, Seq: r.Sequence, Done: r.Done}
 			if r.ID != d.ID {
 				res.RunsAs = r.ID
 			}
@@ -2099,6 +2101,9 @@ func dlqRetry(c *cli.Context) error {
 				fmt.Fprintf(c.App.Writer, "retried %s (dlq seq %d) as %s seq %d", d.ID, d.Seq, queue.StreamJob, r.Sequence)
 				if res.RunsAs != "" {
 					fmt.Fprintf(c.App.Writer, ", under the ID %s (%s was made anew since)", res.RunsAs, queue.StreamJob)
+				}
+				if r.Done {
+					fmt.Fprintf(c.App.Writer, "; it is recorded done already, so it is acked without running (see jobq job %s)", r.ID)
 				}
 				fmt.Fprintln(c.App.Writer)
 			}

@@ -434,6 +434,9 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 		return nil, fmt.Errorf("re-enqueue dead letter %d: stored in stream %s, not %s", d.Seq, ack.Stream, StreamJob)
 	}
 	r := &Redrive{PubAck: ack, ID: id}
+	if rec, err := ledger.Get(ctx, id); err == nil && rec.State == data.StateDone {
+		r.Done = true
+	}
 	dead, err := deadStream(ctx, obj)
 	if err == nil {
 		err = deleteMsg(ctx, dead, d.Seq)
@@ -478,6 +481,9 @@ func removeDeadLetteredCopy(ctx context.Context, obj *Objects, d DeadLetter) err
 type Redrive struct {
 	*jetstream.PubAck
 	ID string
+	// Done: the job's record said done when it was re-enqueued, so the
+	// re-drive is acked without running.
+	Done bool
 }
 
 // jobStreamAnewSince reports whether JOB was made anew since d's job was

@@ -770,3 +770,43 @@ func TestRetryOfADeadLetterJOBDoesNotTakeSaysSo(t *testing.T) {
 		t.Errorf("the dead letter is gone: %v", err)
 	}
 }
+
+// A dead letter of a job recorded done since (another copy of it, under
+// its ID, ran and succeeded): its re-drive is acked without running, and
+// dlq retry says so. It said only "retried".
+func TestRetryOfADoneJobSaysItWillNotRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	job := &data.Job{ID: "done-1", Subject: "job.x", Seq: 7, EnqueuedAt: time.Now()}
+	l := data.NewLedger(obj.Ledger, time.Minute, obj.JS)
+	defer l.Close()
+	c, err := l.Claim(ctx, job, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Done(ctx, &c, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := deadLetter(ctx, obj.JS, job, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := FindDeadLetter(ctx, obj, "done-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RetryDeadLetter(ctx, obj, d)
+	if err != nil || !r.Done {
+		t.Errorf("retry: %+v, %v; want it re-enqueued, and said done already", r, err)
+	}
+	other := &data.Job{ID: "failed-1", Subject: "job.x", Seq: 8, EnqueuedAt: time.Now()}
+	if err := deadLetter(ctx, obj.JS, other, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = FindDeadLetter(ctx, obj, "failed-1"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := RetryDeadLetter(ctx, obj, d); err != nil || r.Done {
+		t.Errorf("retry of a failed job: %+v, %v; want it re-enqueued to run", r, err)
+	}
+}
