@@ -758,11 +758,11 @@ func startEmbedded(ctx context.Context, sc server.Config, qc queue.Config, log z
 		s.Shutdown(sctx)
 	}
 	reserved, err := reservedStore(ctx, srv)
-	if err != nil || reserved <= uint64(sc.MaxStore) {
-		if err != nil {
-			stop(srv)
-			return nil, err
-		}
+	if err != nil {
+		stop(srv)
+		return nil, err
+	}
+	if reserved <= uint64(sc.MaxStore) {
 		return srv, nil
 	}
 	log.Info().Uint64("caps", reserved).Int64("max_store", sc.MaxStore).Msg("the streams' caps add up to more than --max-store: lowering them first")

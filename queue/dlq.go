@@ -185,11 +185,7 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 			}
 		}
 	}
-	for k, v := range h {
-		if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
-			d.Header[k] = v
-		}
-	}
+	d.Header = jobHeaders(h)
 	if d.Subject == "" {
 		d.Subject = strings.TrimPrefix(m.Subject, SubjectDLQPrefix)
 	}
@@ -407,16 +403,10 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 			return nil, fmt.Errorf("re-enqueue dead letter %d: %w", d.Seq, err)
 		}
 	}
-	m := nats.NewMsg(d.Subject)
-	m.Data = d.Payload
-	for k, v := range d.Header {
-		m.Header[k] = v
-	}
-	m.Header.Set(HeaderJobID, id)
 	// The re-drive's own ID, which no job may take (see ValidID): a
 	// duplicate is this very dead letter re-enqueued before, whose answer
 	// was lost, never another job that would be taken for it.
-	m.Header.Set(nats.MsgIdHdr, retryID(d))
+	m := jobCopy(d.Subject, d.Payload, d.Header, id, retryID(d))
 	ack, err := obj.JS.PublishMsg(ctx, m)
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || errors.Is(err, nats.ErrMaxPayload) {
@@ -445,6 +435,32 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 		return r, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)
 	}
 	return r, nil
+}
+
+// jobHeaders is a job's headers, h, but jobq's own (Jobq-) and the
+// server's (Nats-).
+func jobHeaders(h nats.Header) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range h {
+		if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// jobCopy is a job to publish to JOB again, as a re-drive or a requeue:
+// its subject, payload and headers (see jobHeaders), under its job ID
+// (Jobq-Job-Id) and a Nats-Msg-Id of the copy's own, which no job may take.
+func jobCopy(subject string, payload []byte, header map[string][]string, id, msgID string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = payload
+	for k, v := range header {
+		m.Header[k] = v
+	}
+	m.Header.Set(HeaderJobID, id)
+	m.Header.Set(nats.MsgIdHdr, msgID)
+	return m
 }
 
 // removeDeadLetteredCopy deletes from JOB the very message d was made of,

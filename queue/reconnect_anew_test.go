@@ -52,6 +52,22 @@ func connectThrough(t *testing.T, px *servertest.Proxy) (*nats.Conn, jetstream.J
 	return nc, js
 }
 
+// poolOnCutConnection provisions cfg on a server of its own, b, and binds
+// the objects again over a connection that px can cut, bp, for a pool.
+func poolOnCutConnection(t *testing.T, cfg queue.Config) (b, bp *testBundle, px *servertest.Proxy, pnc *nats.Conn) {
+	t.Helper()
+	srv := servertest.StartListening(t)
+	b = setupOn(t, srv, cfg)
+	px, pnc, pjs := cutConnection(t, srv)
+	pobj, err := b.obj.Bind(context.Background(), pjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := *b
+	c.obj = pobj
+	return b, &c, px, pnc
+}
+
 // nextOnItsOwn opens JOB's objects over js, as jobq next does, and runs
 // it on job a1, stored at sequence 1, with a held handler.
 func nextOnItsOwn(t *testing.T, b *testBundle, js jetstream.JetStream) (*heldRun, <-chan error) {
@@ -74,15 +90,7 @@ func nextOnItsOwn(t *testing.T, b *testBundle, js jetstream.JetStream) (*heldRun
 func TestEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	t.Parallel()
 	cfg := queue.Config{Workers: 1, Prefetch: 1, NoLedger: true}
-	srv := servertest.StartListening(t)
-	b := setupOn(t, srv, cfg)
-	px, pnc, pjs := cutConnection(t, srv)
-	pobj, err := b.obj.Bind(context.Background(), pjs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bp := *b
-	bp.obj = pobj
+	b, bp, px, pnc := poolOnCutConnection(t, cfg)
 	h := newHeldRun()
 	bp.startPool(t, h)
 	b.enqueue(t, "job.a", "a1", "x") // seq 1
@@ -170,15 +178,7 @@ func TestNextsAckIsNotBufferedWhenTheConnectionDropsAfterItsLookUp(t *testing.T)
 func TestShortOutageDoesNotRedeliverARunningJob(t *testing.T) {
 	t.Parallel()
 	cfg := queue.Config{Workers: 1, Prefetch: 1, NoLedger: true, AckWait: 5 * time.Second}
-	srv := servertest.StartListening(t)
-	b := setupOn(t, srv, cfg)
-	px, pnc, pjs := cutConnection(t, srv)
-	pobj, err := b.obj.Bind(context.Background(), pjs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bp := *b
-	bp.obj = pobj
+	b, bp, px, pnc := poolOnCutConnection(t, cfg)
 	beats := make(chan time.Time, 64)
 	sub, err := b.nc.Subscribe("$JS.ACK.>", func(m *nats.Msg) {
 		if string(m.Data) == "+WPI" {

@@ -181,15 +181,7 @@ func neverRan(rec data.Record) bool {
 // failed. The copy's Nats-Msg-Id comes from m's sequence and stored time,
 // so that one stored again after a crash is a duplicate.
 func (p *Pool) requeue(ctx context.Context, job *data.Job, m *jetstream.RawStreamMsg, log zerolog.Logger) error {
-	c := nats.NewMsg(m.Subject)
-	c.Data = m.Data
-	for k, v := range m.Header {
-		if !hasPrefixFold(k, "Jobq-") && !hasPrefixFold(k, "Nats-") {
-			c.Header[k] = v
-		}
-	}
-	c.Header.Set(HeaderJobID, job.ID)
-	c.Header.Set(nats.MsgIdHdr, retryIDPrefix+"requeue-"+strconv.FormatUint(m.Sequence, 10)+"-"+strconv.FormatInt(m.Time.UnixNano(), 10))
+	c := jobCopy(m.Subject, m.Data, jobHeaders(m.Header), job.ID, retryIDPrefix+"requeue-"+strconv.FormatUint(m.Sequence, 10)+"-"+strconv.FormatInt(m.Time.UnixNano(), 10))
 	ack, err := p.obj.JS.PublishMsg(ctx, c)
 	if err == nil && ack.Stream != StreamJob {
 		err = fmt.Errorf("stored in stream %s", ack.Stream)
