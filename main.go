@@ -1940,10 +1940,10 @@ func job(c *cli.Context) error {
 func dlqCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dlq",
-		Usage: "inspect and re-drive dead letters",
+		Usage: "inspect, re-drive and delete dead letters",
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return badUsage("unknown command \"dlq %s\": want dlq list, show, retry or purge", c.Args().First())
+				return badUsage("unknown command \"dlq %s\": want dlq list, show, retry, rm or purge", c.Args().First())
 			}
 			return cli.ShowSubcommandHelp(c)
 		},
@@ -1951,6 +1951,7 @@ func dlqCommand() *cli.Command {
 			{Name: "list", Usage: "list dead letters, oldest first", Flags: append(clientFlags(), &cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}), Action: dlqList},
 			{Name: "show", Usage: "show one dead letter with its payload", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag()), Action: dlqShow},
 			{Name: "retry", Usage: "enqueue dead letters again and remove them from DLQ", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag(), &cli.BoolFlag{Name: "all", Usage: "retry every dead letter"}), Action: dlqRetry},
+			{Name: "rm", Aliases: []string{"remove"}, Usage: "delete one dead letter for good, without running it", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag()), Action: dlqRemove},
 			{Name: "purge", Usage: "delete every dead letter", Flags: clientFlags(), Action: dlqPurge},
 		},
 	}
@@ -2155,6 +2156,36 @@ func dlqRetry(c *cli.Context) error {
 	if len(results) == 0 {
 		fmt.Fprintln(c.App.Writer, "no dead letters")
 	}
+	return nil
+}
+
+func dlqRemove(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return badUsage("dlq rm takes one DLQ sequence or job ID (see jobq dlq list); jobq dlq purge deletes them all")
+	}
+	obj, closeFn, err := client(c)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	d, err := findDeadLetter(c, obj)
+	if err != nil {
+		return err
+	}
+	if err := queue.RemoveDeadLetter(c.Context, obj, d); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, struct {
+			ID     string `json:"id"`
+			DLQSeq uint64 `json:"dlq_seq"`
+		}{d.ID, d.Seq})
+	}
+	if d.ID == "" {
+		fmt.Fprintf(c.App.Writer, "removed dlq seq %d (it had no job ID)\n", d.Seq)
+		return nil
+	}
+	fmt.Fprintf(c.App.Writer, "removed %s (dlq seq %d); it does not run again\n", d.ID, d.Seq)
 	return nil
 }
 

@@ -1199,6 +1199,8 @@ func TestCLIUsage(t *testing.T) {
 		{name: "dlq list with an argument", args: []string{"dlq", "list", "x", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "dlq purge with an argument", args: []string{"dlq", "purge", "dl-1", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "dlq retry without target", args: []string{"dlq", "retry", "--server", nowhere}, want: []string{"--all"}},
+		{name: "dlq rm without target", args: []string{"dlq", "rm", "--server", nowhere}, want: []string{"one DLQ sequence or job ID", "dlq purge"}},
+		{name: "dlq rm with two targets", args: []string{"dlq", "rm", "1", "2", "--server", nowhere}, want: []string{"one DLQ sequence or job ID"}},
 		{name: "dlq list with a negative limit", args: []string{"dlq", "list", "--limit", "-1", "--server", nowhere}, want: []string{"--limit -1"}},
 		{name: "job with an empty ID", args: []string{"job", "", "--server", nowhere}, want: []string{"job ID is empty"}},
 		{name: "next with a negative wait", args: []string{"next", "--wait", "-1s", "--server", nowhere}, want: []string{"--wait -1s"}},
@@ -1829,6 +1831,53 @@ func TestCLIDLQNumberThatIsAlsoAJobID(t *testing.T) {
 		t.Errorf("dlq show --by-id 2: got %q, want the dead letter of job 2", out)
 	}
 	wantOneLineError(t, s.jobq(t, "dlq", "retry", "--all", "--by-id"), 2, "--by-id")
+}
+
+// dlq rm deletes one dead letter for good: its job does not run again, and
+// its record stays failed.
+func TestCLIDLQRemove(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, serveOpts{args: []string{"--handler", `job.>=exec:exit 65`}})
+	s.enqueue(t, "job.x", "one", "rm-1")
+	s.enqueue(t, "job.x", "two", "rm-2")
+	s.enqueue(t, "job.x", "three", "rm-3")
+	s.waitCounts(t, counts{Records: 3, DLQ: 3})
+
+	if got, want := s.mustJobq(t, "dlq", "rm", "rm-2"), "removed rm-2 (dlq seq 2); it does not run again\n"; got != want {
+		t.Errorf("dlq rm rm-2: got %q, want %q", got, want)
+	}
+	var removed map[string]any
+	out := s.jobqJSON(t, &removed, "dlq", "remove", "3")
+	if removed["id"] != "rm-3" || removed["dlq_seq"] != 3.0 || len(removed) != 2 {
+		t.Errorf("dlq remove --json 3: got %s, want {id rm-3, dlq_seq 3}", out)
+	}
+	wantOneLineError(t, s.jobq(t, "dlq", "rm", "rm-2"), 1, "no such dead letter", `"rm-2"`)
+	var list []deadLetterOut
+	s.jobqJSON(t, &list, "dlq", "list")
+	if len(list) != 1 || list[0].ID != "rm-1" {
+		t.Errorf("dlq list after rm: got %+v, want rm-1 only", list)
+	}
+
+	// A dead letter without a job ID, from another client, goes by its
+	// sequence.
+	m := nats.NewMsg(queue.SubjectDLQPrefix + "job.x")
+	m.Header.Set(queue.HeaderSubject, "job.x")
+	ack, err := s.jetStream(t).PublishMsg(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := strconv.FormatUint(ack.Sequence, 10)
+	if got, want := s.mustJobq(t, "dlq", "rm", seq), "removed dlq seq "+seq+" (it had no job ID)\n"; got != want {
+		t.Errorf("dlq rm %s: got %q, want %q", seq, got, want)
+	}
+
+	// The records stay as they were: failed.
+	for _, id := range []string{"rm-2", "rm-3"} {
+		if rec, ok := s.record(t, id); !ok || rec.State != "failed" || rec.Attempts != 1 {
+			t.Errorf("job %s after dlq rm: got %+v (found %v), want failed after 1 attempt", id, rec, ok)
+		}
+	}
+	s.waitCounts(t, counts{Records: 3, DLQ: 1})
 }
 
 // dlq retry counts a dead letter it re-enqueued and could not remove from

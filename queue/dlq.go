@@ -368,10 +368,10 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 	// outside job.> would be published to as is, with this client's
 	// rights ($JS.API.STREAM.PURGE.JOB purged every job).
 	if err := handlers.ValidSubject(d.Subject); err != nil {
-		return nil, fmt.Errorf("re-enqueue dead letter %d: its %s header: %w; it stays in %s (remove it with nats stream rmm %s %d)", d.Seq, HeaderSubject, err, StreamDLQ, StreamDLQ, d.Seq)
+		return nil, fmt.Errorf("re-enqueue dead letter %d: its %s header: %w; it stays in %s (remove it with jobq dlq rm %d)", d.Seq, HeaderSubject, err, StreamDLQ, d.Seq)
 	}
 	if d.ID == "" {
-		return nil, fmt.Errorf("re-enqueue dead letter %d: it has no %s header; it stays in %s (remove it with nats stream rmm %s %d)", d.Seq, HeaderJobID, StreamDLQ, StreamDLQ, d.Seq)
+		return nil, fmt.Errorf("re-enqueue dead letter %d: it has no %s header; it stays in %s (remove it with jobq dlq rm %d)", d.Seq, HeaderJobID, StreamDLQ, d.Seq)
 	}
 	anew, err := jobStreamAnewSince(ctx, obj, d)
 	if err != nil {
@@ -596,6 +596,29 @@ func PurgeDeadLetters(ctx context.Context, obj *Objects) (uint64, error) {
 		return 0, fmt.Errorf("purge %s: %w", StreamDLQ, resp.Error)
 	}
 	return resp.Purged, nil
+}
+
+// RemoveDeadLetter deletes dead letter d from DLQ for good: its job does
+// not run again, and its ledger record stays as it was (failed), as
+// PurgeDeadLetters leaves the records of all of them. A dead letter gone
+// since it was found (re-driven or removed by another client) is
+// ErrNoDeadLetter.
+func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
+	dead, err := deadStream(ctx, obj)
+	if errors.Is(err, errDLQGone) {
+		return fmt.Errorf("%w: DLQ seq %d (%w)", ErrNoDeadLetter, d.Seq, err)
+	}
+	if err != nil {
+		return err
+	}
+	err = dead.DeleteMsg(ctx, d.Seq)
+	if err == nil {
+		return nil
+	}
+	if _, gerr := dead.GetMsg(ctx, d.Seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("%w: DLQ seq %d was removed meanwhile, by another client (see jobq dlq list)", ErrNoDeadLetter, d.Seq)
+	}
+	return fmt.Errorf("remove dead letter %d: %w", d.Seq, err)
 }
 
 // errDLQGone: DLQ was deleted, and holds no dead letters until a pool makes

@@ -726,7 +726,7 @@ func TestRetryRefusesADeadLetterWithASubjectOutsideJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := RetryDeadLetter(ctx, obj, d); err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "nats stream rmm DLQ") {
+		if _, err := RetryDeadLetter(ctx, obj, d); err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "jobq dlq rm ") {
 			t.Errorf("retry of a dead letter of ID %q on %q: %v; want it refused, %q", tt.id, tt.subject, err, tt.want)
 		}
 		if _, err := FindDeadLetter(ctx, obj, strconv.FormatUint(ack.Sequence, 10)); err != nil {
@@ -808,5 +808,42 @@ func TestRetryOfADoneJobSaysItWillNotRun(t *testing.T) {
 	}
 	if r, err := RetryDeadLetter(ctx, obj, d); err != nil || r.Done {
 		t.Errorf("retry of a failed job: %+v, %v; want it re-enqueued to run", r, err)
+	}
+}
+
+// A dead letter removed by another client between its look-up and its
+// removal is said to be gone, not reported as the server's failure to
+// delete it; the one beside it stays.
+func TestRemoveOfADeadLetterRemovedMeanwhileSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	for i, id := range []string{"rm-1", "rm-2"} {
+		if err := deadLetter(ctx, obj.JS, &data.Job{ID: id, Subject: "job.x", Seq: uint64(i + 1)}, nil, "boom"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := FindDeadLetter(ctx, obj, "rm-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.Dead.DeleteMsg(ctx, d.Seq); err != nil { // another client's dlq rm
+		t.Fatal(err)
+	}
+	err = RemoveDeadLetter(ctx, obj, d)
+	if !errors.Is(err, ErrNoDeadLetter) || !strings.Contains(err.Error(), "removed meanwhile") {
+		t.Errorf("remove of a dead letter removed meanwhile: %v; want %v, removed meanwhile", err, ErrNoDeadLetter)
+	}
+	if n, err := DeadLetterCount(ctx, obj); err != nil || n != 1 {
+		t.Errorf("dead letters left: %d, %v; want rm-2's", n, err)
+	}
+	if d, err = FindDeadLetter(ctx, obj, "rm-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDeadLetter(ctx, obj, d); err != nil {
+		t.Errorf("remove rm-2: %v", err)
+	}
+	if n, err := DeadLetterCount(ctx, obj); err != nil || n != 0 {
+		t.Errorf("dead letters left: %d, %v; want none", n, err)
 	}
 }
