@@ -176,10 +176,21 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 		}
 		im.sum.Lines++
 		var job importJob
+		var f jetstream.PubAckFuture
+		malformed := true // unless the publish failed, as below
 		if tooLong {
 			err = fmt.Errorf("line too long: over %d bytes", limit)
-		} else {
-			job, err = p.parseImportLine(line)
+		} else if job, err = p.parseImportLine(line); err == nil {
+			if im.count == len(im.ring) {
+				im.settleOldest(ctx)
+			}
+			f, err = async.EnqueueAsync(job.subject, job.payload, job.opts)
+			malformed = lineRefused(err)
+		}
+		if err != nil && !malformed {
+			im.sum.Failed++
+			im.addError(LineError{Line: n, Reason: err.Error()})
+			continue
 		}
 		if err != nil {
 			im.sum.Malformed++
@@ -191,15 +202,6 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 			im.progress(false)
 			continue
 		}
-		if im.count == len(im.ring) {
-			im.settleOldest(ctx)
-		}
-		f, err := async.EnqueueAsync(job.subject, job.payload, job.opts)
-		if err != nil {
-			im.sum.Failed++
-			im.addError(LineError{Line: n, Reason: err.Error()})
-			continue
-		}
 		im.ring[(im.head+im.count)%len(im.ring)] = published{line: n, f: f}
 		im.count++
 		im.progress(false)
@@ -209,6 +211,14 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 	}
 	im.progress(true)
 	return im.sum, stop
+}
+
+// lineRefused reports whether err refuses the line itself, however often
+// it is sent: its payload too large for JOB (the server's limit may be
+// under --max-payload), or a bad ID or header. Such a line is malformed,
+// not failed.
+func lineRefused(err error) bool {
+	return errors.Is(err, ErrPayloadTooLarge) || errors.Is(err, ErrBadID) || errors.Is(err, ErrBadHeader)
 }
 
 // CountLines returns how many lines of r Import would read as jobs: those

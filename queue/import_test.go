@@ -222,6 +222,40 @@ func TestImportListsFirstErrors(t *testing.T) {
 	}
 }
 
+// A line whose payload is within the importer's --max-payload and over what
+// JOB takes (the server's limit is lower) is malformed, as one over
+// --max-payload is: sent again, it would be refused again. --strict stops
+// there.
+func TestImportLineTooLargeForJOBIsMalformed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	prod := queue.NewProducer(b.js, queue.Config{MaxPayload: 4 << 20}) // over the server's 1 MiB
+	in := strings.Join([]string{
+		`{"subject":"job.s","id":"ok-1"}`,
+		`{"subject":"job.s","id":"big","payload":"` + strings.Repeat("x", 1500<<10) + `"}`,
+		`{"subject":"job.s","id":"ok-2"}`,
+	}, "\n")
+	sum, err := queue.Import(context.Background(), prod, strings.NewReader(in), queue.ImportOptions{})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if sum.Stored != 2 || sum.Malformed != 1 || sum.Failed != 0 || len(sum.Errors) != 1 ||
+		!sum.Errors[0].Malformed || sum.Errors[0].Line != 2 || !strings.Contains(sum.Errors[0].Reason, queue.ErrPayloadTooLarge.Error()) {
+		t.Errorf("got %+v, want 2 stored and line 2 malformed, payload too large", sum)
+	}
+	sum, err = queue.Import(context.Background(), prod, strings.NewReader(strings.ReplaceAll(in, "ok-", "strict-")), queue.ImportOptions{Strict: true})
+	if !errors.Is(err, queue.ErrMalformed) || !strings.Contains(err.Error(), "line 2") || sum.Stored != 1 {
+		t.Errorf("strict: got %+v, %v; want it stopped at line 2, 1 stored", sum, err)
+	}
+	var ids []string
+	for _, j := range b.storedJobs(t) {
+		ids = append(ids, j.id)
+	}
+	if want := []string{"ok-1", "ok-2", "strict-1"}; !slices.Equal(ids, want) {
+		t.Errorf("JOB holds %q, want %q", ids, want)
+	}
+}
+
 // TestImportFullStoreFails fills a small JOB: the publishes it refuses are
 // failed lines with the reason, not malformed ones, and the rest is stored.
 func TestImportFullStoreFails(t *testing.T) {
