@@ -187,7 +187,8 @@ func (p *Pool) admit(m *nats.Msg) {
 // this pool holds among them: the ledger and the leases keep each to one
 // run, as for any redelivery.
 func (p *Pool) makeWorkerAnew(ctx context.Context) {
-	_, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log)
+	_, _, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log)
+	err = conflictAfter(err, nil)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
 		// Another pool made it first, with its own settings.
 		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: another pool created it again")

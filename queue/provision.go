@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,20 +61,45 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zero
 	cfg = cfg.withDefaults()
 	log = log.With().Str("component", "provision").Logger()
 	o := &Objects{JS: js, Config: cfg}
+	// What was created or edited, for a conflict met after it.
+	var changes []string
+	var change string
 	var err error
-	if o.Jobs, err = ensureStream(ctx, js, jobStreamConfig(cfg, js.Conn().MaxPayload()), log); err != nil {
-		return nil, err
+	if o.Jobs, change, err = ensureStream(ctx, js, jobStreamConfig(cfg, js.Conn().MaxPayload()), log); err != nil {
+		return nil, conflictAfter(err, changes)
 	}
-	if o.Dead, err = ensureStream(ctx, js, deadStreamConfig(cfg), log); err != nil {
-		return nil, err
+	if change != "" {
+		changes = append(changes, change)
 	}
-	if o.Worker, err = ensureConsumer(ctx, js, cfg, log); err != nil {
-		return nil, err
+	if o.Dead, change, err = ensureStream(ctx, js, deadStreamConfig(cfg), log); err != nil {
+		return nil, conflictAfter(err, changes)
+	}
+	if change != "" {
+		changes = append(changes, change)
+	}
+	if o.Worker, change, err = ensureConsumer(ctx, js, cfg, log); err != nil {
+		return nil, conflictAfter(err, changes)
+	}
+	if change != "" {
+		changes = append(changes, change)
 	}
 	if o.Ledger, err = ensureBucket(ctx, js, cfg, log); err != nil {
-		return nil, err
+		return nil, conflictAfter(err, changes)
 	}
 	return o, nil
+}
+
+// conflictAfter ends an ErrConflict's message with what provisioning
+// changed before it met the conflict: nothing, or changes (the objects it
+// created or edited in place, which stay so).
+func conflictAfter(err error, changes []string) error {
+	switch {
+	case !errors.Is(err, ErrConflict):
+		return err
+	case len(changes) == 0:
+		return fmt.Errorf("%w (nothing was changed)", err)
+	}
+	return fmt.Errorf("%w (%s before it; nothing else was changed)", err, strings.Join(changes, " and "))
 }
 
 // jobStreamConfig is JOB as jobq makes it, on a server that carries
@@ -123,31 +149,31 @@ func deadStreamConfig(cfg Config) jetstream.StreamConfig {
 	}
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log zerolog.Logger) (jetstream.Stream, error) {
-	s, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log zerolog.Logger) (s jetstream.Stream, change string, err error) {
+	s, err = retryUnanswered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
 		if err != nil {
-			return nil, fmt.Errorf("create stream %s: %w", want.Name, err)
+			return nil, "", fmt.Errorf("create stream %s: %w", want.Name, err)
 		}
 		log.Info().Str("stream", want.Name).Msg("stream created")
-		return s, nil
+		return s, "stream " + want.Name + " was created", nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up stream %s: %w", want.Name, err)
+		return nil, "", fmt.Errorf("look up stream %s: %w", want.Name, err)
 	}
 	have := s.CachedInfo().Config
 	if have.Retention != want.Retention {
-		return nil, fmt.Errorf("%w: stream %s has retention %s, jobq needs %s; use another store (--store-dir, or with --server another server) or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Retention, want.Retention)
+		return nil, "", fmt.Errorf("%w: stream %s has retention %s, jobq needs %s; use another store (--store-dir, or with --server another server) or move the stream aside", ErrConflict, want.Name, have.Retention, want.Retention)
 	}
 	if have.Storage != want.Storage {
-		return nil, fmt.Errorf("%w: stream %s has %s storage, jobq needs %s; use another store (--store-dir, or with --server another server) or move the stream aside (nothing was changed)", ErrConflict, want.Name, have.Storage, want.Storage)
+		return nil, "", fmt.Errorf("%w: stream %s has %s storage, jobq needs %s; use another store (--store-dir, or with --server another server) or move the stream aside", ErrConflict, want.Name, have.Storage, want.Storage)
 	}
 	if err := sameReplicas("stream "+want.Name, have.Replicas, want.Replicas, "nats stream edit "+want.Name+" --replicas "+strconv.Itoa(want.Replicas)); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := keepsWhatItStores("stream "+want.Name, have, true); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	next := have
 	next.Subjects, next.Duplicates, next.Discard, next.MaxBytes = want.Subjects, want.Duplicates, want.Discard, want.MaxBytes
@@ -164,10 +190,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		next.MaxMsgSize = want.MaxMsgSize
 	}
 	if reflect.DeepEqual(have, next) {
-		return s, nil
+		return s, "", nil
 	}
 	if s, err = js.UpdateStream(ctx, next); err != nil {
-		return nil, fmt.Errorf("update stream %s: %w", want.Name, err)
+		return nil, "", fmt.Errorf("update stream %s: %w", want.Name, err)
 	}
 	log.Info().Str("stream", want.Name).
 		Stringer("dedupe_window_was", have.Duplicates).Stringer("dedupe_window", next.Duplicates).
@@ -176,7 +202,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		Stringer("max_age_was", have.MaxAge).Int64("max_msgs_was", have.MaxMsgs).
 		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("no_ack_was", have.NoAck).
 		Msg("stream updated in place")
-	return s, nil
+	return s, "stream " + want.Name + " was updated in place", nil
 }
 
 // Bind returns o's objects looked up over js, without changing them: for a
@@ -200,7 +226,7 @@ func (o *Objects) Bind(ctx context.Context, js jetstream.JetStream) (*Objects, e
 	return b, nil
 }
 
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.Consumer, error) {
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.Consumer, string, error) {
 	want := jetstream.ConsumerConfig{
 		Durable:       ConsumerWorker,
 		Description:   "jobq workers",
@@ -216,26 +242,26 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c, err = js.CreateConsumer(ctx, StreamJob, want)
 		if err != nil {
-			return nil, fmt.Errorf("create consumer %s: %w", ConsumerWorker, err)
+			return nil, "", fmt.Errorf("create consumer %s: %w", ConsumerWorker, err)
 		}
 		log.Info().Str("consumer", ConsumerWorker).Msg("consumer created")
-		return c, nil
+		return c, "consumer " + ConsumerWorker + " was created", nil
 	}
 	if errors.Is(err, jetstream.ErrNotPullConsumer) {
-		return nil, fmt.Errorf("%w: consumer %s is a push consumer, jobq needs a pull consumer; delete it with `nats consumer rm %s %s` (nothing was changed)", ErrConflict, ConsumerWorker, StreamJob, ConsumerWorker)
+		return nil, "", fmt.Errorf("%w: consumer %s is a push consumer, jobq needs a pull consumer; delete it with `nats consumer rm %s %s`", ErrConflict, ConsumerWorker, StreamJob, ConsumerWorker)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up consumer %s: %w", ConsumerWorker, err)
+		return nil, "", fmt.Errorf("look up consumer %s: %w", ConsumerWorker, err)
 	}
 	have := c.CachedInfo().Config
 	switch {
 	case have.DeliverSubject != "":
-		return nil, fmt.Errorf("%w: consumer %s is a push consumer, jobq needs a pull consumer; delete it with `nats consumer rm %s %s` (nothing was changed)", ErrConflict, ConsumerWorker, StreamJob, ConsumerWorker)
+		return nil, "", fmt.Errorf("%w: consumer %s is a push consumer, jobq needs a pull consumer; delete it with `nats consumer rm %s %s`", ErrConflict, ConsumerWorker, StreamJob, ConsumerWorker)
 	case have.AckPolicy != want.AckPolicy:
-		return nil, fmt.Errorf("%w: consumer %s has ack policy %s, jobq needs explicit (nothing was changed)", ErrConflict, ConsumerWorker, have.AckPolicy)
+		return nil, "", fmt.Errorf("%w: consumer %s has ack policy %s, jobq needs explicit", ErrConflict, ConsumerWorker, have.AckPolicy)
 	case len(have.BackOff) > 0:
 		// BackOff replaces AckWait as the lease and would redeliver long jobs.
-		return nil, fmt.Errorf("%w: consumer %s has a backoff list, which replaces the ack wait jobq relies on (nothing was changed)", ErrConflict, ConsumerWorker)
+		return nil, "", fmt.Errorf("%w: consumer %s has a backoff list, which replaces the ack wait jobq relies on", ErrConflict, ConsumerWorker)
 	}
 	next := have
 	next.MaxDeliver, next.AckWait = want.MaxDeliver, want.AckWait
@@ -248,10 +274,10 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		next.FilterSubjects = nil
 	}
 	if reflect.DeepEqual(have, next) {
-		return c, nil
+		return c, "", nil
 	}
 	if c, err = js.UpdateConsumer(ctx, StreamJob, next); err != nil {
-		return nil, fmt.Errorf("update consumer %s: %w", ConsumerWorker, err)
+		return nil, "", fmt.Errorf("update consumer %s: %w", ConsumerWorker, err)
 	}
 	log.Info().Str("consumer", ConsumerWorker).
 		Int("max_deliver_was", have.MaxDeliver).Int("max_deliver", next.MaxDeliver).
@@ -259,7 +285,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		Str("filter_subject_was", have.FilterSubject).Strs("filter_subjects_were", have.FilterSubjects).
 		Bool("headers_only_was", have.HeadersOnly).
 		Msg("consumer updated in place")
-	return c, nil
+	return c, "consumer " + ConsumerWorker + " was updated in place", nil
 }
 
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
@@ -276,7 +302,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 	}
 	have := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
 	if have.Storage != jetstream.FileStorage {
-		return nil, fmt.Errorf("%w: bucket %s has %s storage, jobq needs file (nothing was changed)", ErrConflict, BucketProcessed, have.Storage)
+		return nil, fmt.Errorf("%w: bucket %s has %s storage, jobq needs file", ErrConflict, BucketProcessed, have.Storage)
 	}
 	if err := sameReplicas("bucket "+BucketProcessed, have.Replicas, cfg.Replicas, bucketEdit(cfg.Replicas)); err != nil {
 		return nil, err
@@ -285,7 +311,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 		return nil, err
 	}
 	if have.Replicas > 1 && have.AllowDirect {
-		return nil, fmt.Errorf("%w: bucket %s has %s and answers direct gets, so a follower behind its leader could answer jobq's ledger reads and a job recorded done could run again; stop every jobq on it and run `nats stream edit %s --no-allow-direct` (nothing was changed)",
+		return nil, fmt.Errorf("%w: bucket %s has %s and answers direct gets, so a follower behind its leader could answer jobq's ledger reads and a job recorded done could run again; stop every jobq on it and run `nats stream edit %s --no-allow-direct`",
 			ErrConflict, BucketProcessed, replicas(have.Replicas), bucketStream)
 	}
 	// The stream is edited rather than the bucket, which would also turn
@@ -328,7 +354,7 @@ func keepsWhatItStores(object string, have jetstream.StreamConfig, deletes bool)
 	default:
 		return nil
 	}
-	return fmt.Errorf("%w: %s %s, which the server cannot undo and jobq cannot work with; move it aside (nothing was changed)", ErrConflict, object, what)
+	return fmt.Errorf("%w: %s %s, which the server cannot undo and jobq cannot work with; move it aside", ErrConflict, object, what)
 }
 
 // bucketStream is the stream that holds the processed bucket.
@@ -387,7 +413,7 @@ func sameReplicas(object string, have, want int, edit string) error {
 	if have == want {
 		return nil
 	}
-	return fmt.Errorf("%w: %s has %s, --replicas is %d; pass --replicas %d, or stop every jobq on this server and run `%s` (nothing was changed)",
+	return fmt.Errorf("%w: %s has %s, --replicas is %d; pass --replicas %d, or stop every jobq on this server and run `%s`",
 		ErrConflict, object, replicas(have), want, have, edit)
 }
 
