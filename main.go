@@ -1409,7 +1409,7 @@ func enqueue(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}).AttemptTimeout(c.Duration("timeout"))
+	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}).JOBLimit(obj).AttemptTimeout(c.Duration("timeout"))
 	id := c.String("id")
 	ctx, cancel := context.WithTimeout(c.Context, 4*c.Duration("timeout"))
 	defer cancel()
@@ -1490,7 +1490,7 @@ func importJobs(c *cli.Context) error {
 		stop() // a second signal ends jobq at once
 	}()
 	progress := newImportProgress(c.App.ErrWriter, total)
-	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}).AttemptTimeout(c.Duration("timeout"))
+	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}).JOBLimit(obj).AttemptTimeout(c.Duration("timeout"))
 	sum, err := queue.Import(ctx, p, in, queue.ImportOptions{
 		Window:           c.Int("window"),
 		Strict:           c.Bool("strict"),
@@ -1951,7 +1951,7 @@ func dlqCommand() *cli.Command {
 			{Name: "list", Usage: "list dead letters, oldest first", Flags: append(clientFlags(), &cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}), Action: dlqList},
 			{Name: "show", Usage: "show one dead letter with its payload", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag()), Action: dlqShow},
 			{Name: "retry", Usage: "enqueue dead letters again and remove them from DLQ", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag(), &cli.BoolFlag{Name: "all", Usage: "retry every dead letter"}), Action: dlqRetry},
-			{Name: "rm", Aliases: []string{"remove"}, Usage: "delete one dead letter for good, without running it", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag()), Action: dlqRemove},
+			{Name: "rm", Aliases: []string{"remove"}, Usage: "delete a dead letter for good, or every dead letter of a job ID, without running it", ArgsUsage: "DLQ-SEQ|JOB-ID", Flags: append(clientFlags(), idFlag()), Action: dlqRemove},
 			{Name: "purge", Usage: "delete every dead letter", Flags: clientFlags(), Action: dlqPurge},
 		},
 	}
@@ -2168,25 +2168,48 @@ func dlqRemove(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	d, err := findDeadLetter(c, obj)
-	if err != nil {
+	ref := c.Args().First()
+	var removed []queue.DeadLetter
+	// A number is a DLQ sequence alone: a dead letter gone from there
+	// (removed by an earlier dlq rm) is not to be taken for the job of
+	// that ID, which would be deleted in its place.
+	if seq, perr := strconv.ParseUint(ref, 10, 64); perr == nil && seq > 0 && !c.Bool("by-id") {
+		d, err := queue.DeadLetterAt(c.Context, obj, seq)
+		if errors.Is(err, queue.ErrNoDeadLetter) {
+			return fmt.Errorf("%w; for the job whose ID is %s, pass --by-id", err, ref)
+		}
+		if err == nil {
+			err = queue.RemoveDeadLetter(c.Context, obj, d)
+		}
+		if err != nil {
+			return err
+		}
+		removed = append(removed, d)
+	} else if removed, err = queue.RemoveDeadLettersOf(c.Context, obj, ref); err != nil && len(removed) == 0 {
 		return err
 	}
-	if err := queue.RemoveDeadLetter(c.Context, obj, d); err != nil {
-		return err
+	type result struct {
+		ID     string `json:"id"`
+		DLQSeq uint64 `json:"dlq_seq"`
+	}
+	results := []result{}
+	for _, d := range removed {
+		results = append(results, result{d.ID, d.Seq})
+		if c.Bool("json") {
+			continue
+		}
+		if d.ID == "" {
+			fmt.Fprintf(c.App.Writer, "removed dlq seq %d (it had no job ID)\n", d.Seq)
+		} else {
+			fmt.Fprintf(c.App.Writer, "removed %s (dlq seq %d)\n", d.ID, d.Seq)
+		}
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, struct {
-			ID     string `json:"id"`
-			DLQSeq uint64 `json:"dlq_seq"`
-		}{d.ID, d.Seq})
+		if perr := printJSON(c.App.Writer, results); err == nil {
+			err = perr
+		}
 	}
-	if d.ID == "" {
-		fmt.Fprintf(c.App.Writer, "removed dlq seq %d (it had no job ID)\n", d.Seq)
-		return nil
-	}
-	fmt.Fprintf(c.App.Writer, "removed %s (dlq seq %d); it does not run again\n", d.ID, d.Seq)
-	return nil
+	return err // the removal that failed after others, if one did
 }
 
 func dlqPurge(c *cli.Context) error {

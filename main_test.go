@@ -1833,8 +1833,8 @@ func TestCLIDLQNumberThatIsAlsoAJobID(t *testing.T) {
 	wantOneLineError(t, s.jobq(t, "dlq", "retry", "--all", "--by-id"), 2, "--by-id")
 }
 
-// dlq rm deletes one dead letter for good: its job does not run again, and
-// its record stays failed.
+// dlq rm deletes a dead letter for good, by its DLQ sequence, or every
+// dead letter of a job ID: it does not run, and its record stays failed.
 func TestCLIDLQRemove(t *testing.T) {
 	t.Parallel()
 	s := startServe(t, serveOpts{args: []string{"--handler", `job.>=exec:exit 65`}})
@@ -1843,19 +1843,34 @@ func TestCLIDLQRemove(t *testing.T) {
 	s.enqueue(t, "job.x", "three", "rm-3")
 	s.waitCounts(t, counts{Records: 3, DLQ: 3})
 
-	if got, want := s.mustJobq(t, "dlq", "rm", "rm-2"), "removed rm-2 (dlq seq 2); it does not run again\n"; got != want {
+	if got, want := s.mustJobq(t, "dlq", "rm", "rm-2"), "removed rm-2 (dlq seq 2)\n"; got != want {
 		t.Errorf("dlq rm rm-2: got %q, want %q", got, want)
 	}
-	var removed map[string]any
+	var removed []map[string]any
 	out := s.jobqJSON(t, &removed, "dlq", "remove", "3")
-	if removed["id"] != "rm-3" || removed["dlq_seq"] != 3.0 || len(removed) != 2 {
-		t.Errorf("dlq remove --json 3: got %s, want {id rm-3, dlq_seq 3}", out)
+	if len(removed) != 1 || removed[0]["id"] != "rm-3" || removed[0]["dlq_seq"] != 3.0 || len(removed[0]) != 2 {
+		t.Errorf("dlq remove --json 3: got %s, want [{id rm-3, dlq_seq 3}]", out)
 	}
 	wantOneLineError(t, s.jobq(t, "dlq", "rm", "rm-2"), 1, "no such dead letter", `"rm-2"`)
 	var list []deadLetterOut
 	s.jobqJSON(t, &list, "dlq", "list")
 	if len(list) != 1 || list[0].ID != "rm-1" {
 		t.Errorf("dlq list after rm: got %+v, want rm-1 only", list)
+	}
+	for _, id := range []string{"rm-2", "rm-3"} {
+		if rec, ok := s.record(t, id); !ok || rec.State != "failed" || rec.Attempts != 1 {
+			t.Errorf("job %s after dlq rm: got %+v (found %v), want failed after 1 attempt", id, rec, ok)
+		}
+	}
+
+	// A number is a DLQ sequence alone: run again once its dead letter is
+	// gone, dlq rm 2 does not delete job 2's in its place.
+	s.storeDeadLetter(t, "2", "job.x")
+	wantOneLineError(t, s.jobq(t, "dlq", "rm", "2"), 1, "no such dead letter", "DLQ seq 2", "--by-id")
+	// A job ID takes every dead letter of the job.
+	s.storeDeadLetter(t, "2", "job.x")
+	if got, want := s.mustJobq(t, "dlq", "rm", "--by-id", "2"), "removed 2 (dlq seq 4)\nremoved 2 (dlq seq 5)\n"; got != want {
+		t.Errorf("dlq rm --by-id 2: got %q, want %q", got, want)
 	}
 
 	// A dead letter without a job ID, from another client, goes by its
@@ -1869,13 +1884,6 @@ func TestCLIDLQRemove(t *testing.T) {
 	seq := strconv.FormatUint(ack.Sequence, 10)
 	if got, want := s.mustJobq(t, "dlq", "rm", seq), "removed dlq seq "+seq+" (it had no job ID)\n"; got != want {
 		t.Errorf("dlq rm %s: got %q, want %q", seq, got, want)
-	}
-
-	// The records stay as they were: failed.
-	for _, id := range []string{"rm-2", "rm-3"} {
-		if rec, ok := s.record(t, id); !ok || rec.State != "failed" || rec.Attempts != 1 {
-			t.Errorf("job %s after dlq rm: got %+v (found %v), want failed after 1 attempt", id, rec, ok)
-		}
 	}
 	s.waitCounts(t, counts{Records: 3, DLQ: 1})
 }

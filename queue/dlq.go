@@ -621,6 +621,38 @@ func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
 	return fmt.Errorf("remove dead letter %d: %w", d.Seq, err)
 }
 
+// RemoveDeadLettersOf deletes every dead letter of job id stored when it
+// begins, as RemoveDeadLetter does, and returns those it deleted, without
+// their payloads. One that another client removed meanwhile is left out;
+// none at all is ErrNoDeadLetter.
+func RemoveDeadLettersOf(ctx context.Context, obj *Objects, id string) ([]DeadLetter, error) {
+	var found []DeadLetter
+	err := EachDeadLetter(ctx, obj, func(d DeadLetter) error {
+		if d.ID == id {
+			d.Payload = nil
+			found = append(found, d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	removed := []DeadLetter{}
+	for _, d := range found {
+		switch err := RemoveDeadLetter(ctx, obj, d); {
+		case errors.Is(err, ErrNoDeadLetter):
+		case err != nil:
+			return removed, err
+		default:
+			removed = append(removed, d)
+		}
+	}
+	if len(removed) == 0 {
+		return nil, fmt.Errorf("%w: %q (see jobq dlq list)", ErrNoDeadLetter, id)
+	}
+	return removed, nil
+}
+
 // errDLQGone: DLQ was deleted, and holds no dead letters until a pool makes
 // it again.
 var errDLQGone = errors.New("stream " + StreamDLQ + " was deleted: it holds no dead letters until jobq serve makes it again, with the next dead letter or at its next start")

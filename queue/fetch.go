@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -187,16 +188,18 @@ func (p *Pool) admit(m *nats.Msg) {
 // this pool holds among them: the ledger and the leases keep each to one
 // run, as for any redelivery.
 func (p *Pool) makeWorkerAnew(ctx context.Context) {
-	_, _, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log)
-	err = conflictAfter(err, nil)
-	if errors.Is(err, jetstream.ErrConsumerExists) {
-		// Another pool made it first, with its own settings.
+	_, change, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerExists), err == nil && change == "":
+		// Another pool made it first, with its own settings or jobq's.
 		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: another pool created it again")
-		return
-	}
-	if err != nil {
+	case errors.Is(err, ErrConflict):
+		p.log.Error().Err(conflictAfter(err, nil)).Msg("consumer " + ConsumerWorker + " was deleted and another client made it again, as jobq cannot use it: no job is fetched until it is put right")
+	case err != nil:
 		p.log.Error().Err(err).Msg("consumer " + ConsumerWorker + " is gone and could not be created again; restart jobq")
-		return
+	case strings.HasSuffix(change, wasUpdated):
+		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted and another client made it again: its settings were put back to jobq's")
+	default:
+		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: created it again")
 	}
-	p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: created it again")
 }

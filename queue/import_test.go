@@ -256,6 +256,28 @@ func TestImportLineTooLargeForJOBIsMalformed(t *testing.T) {
 	}
 }
 
+// JOB's own limit, which jobq serve's --max-payload set under the
+// importer's (on a cluster, the server carries more): a line over it is
+// malformed too, once the producer read it off JOB; --strict stops there.
+func TestImportLineOverJOBsOwnLimitIsMalformed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxPayload: 64 << 10})               // jobq serve --max-payload 65536
+	prod := queue.NewProducer(b.js, queue.Config{}).JOBLimit(b.obj) // jobq import, its default 1 MiB
+	in := strings.Join([]string{
+		`{"subject":"job.s","id":"ok-1"}`,
+		`{"subject":"job.s","id":"big","payload":"` + strings.Repeat("x", 200<<10) + `"}`,
+		`{"subject":"job.s","id":"ok-2"}`,
+	}, "\n")
+	sum, err := queue.Import(context.Background(), prod, strings.NewReader(in), queue.ImportOptions{})
+	if err != nil || sum.Stored != 2 || sum.Malformed != 1 || sum.Failed != 0 || len(sum.Errors) != 1 || !strings.Contains(sum.Errors[0].Reason, "JOB takes at most") {
+		t.Errorf("got %+v, %v; want 2 stored and line 2 malformed, saying what JOB takes", sum, err)
+	}
+	sum, err = queue.Import(context.Background(), prod, strings.NewReader(strings.ReplaceAll(in, "ok-", "strict-")), queue.ImportOptions{Strict: true})
+	if !errors.Is(err, queue.ErrMalformed) || !strings.Contains(err.Error(), "line 2") || sum.Stored != 1 {
+		t.Errorf("strict: got %+v, %v; want it stopped at line 2, 1 stored", sum, err)
+	}
+}
+
 // TestImportFullStoreFails fills a small JOB: the publishes it refuses are
 // failed lines with the reason, not malformed ones, and the rest is stored.
 func TestImportFullStoreFails(t *testing.T) {

@@ -36,7 +36,10 @@ type EnqueueOptions struct {
 type Producer struct {
 	js         jetstream.JetStream
 	maxPayload int
-	metrics    *Metrics
+	// jobLimit is JOB's own limit on a message, as last read (0: not
+	// read); see JOBLimit.
+	jobLimit int64
+	metrics  *Metrics
 	// attempts and attemptTimeout bound the retries of a lost ack.
 	attempts       int
 	attemptTimeout time.Duration
@@ -100,6 +103,17 @@ func (p *Producer) AttemptTimeout(d time.Duration) *Producer {
 	return p
 }
 
+// JOBLimit sets the limit on a message that JOB's config held when obj was
+// opened (which jobq serve's --max-payload sets, and may put under this
+// producer's MaxPayload), and returns p: a job over it is refused before
+// it is sent, as ErrPayloadTooLarge, rather than by JOB once sent.
+func (p *Producer) JOBLimit(obj *Objects) *Producer {
+	if obj.Jobs != nil {
+		p.jobLimit = int64(max(obj.Jobs.CachedInfo().Config.MaxMsgSize, 0))
+	}
+	return p
+}
+
 // EnqueueAsync checks a job and publishes it without waiting for the
 // stream's acknowledgement; the future reports it. The connection bounds how
 // many publishes are outstanding. Use it for bulk work; Enqueue for one job.
@@ -143,9 +157,13 @@ func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) 
 	// job's re-drive, which would be refused every time otherwise: the
 	// server refuses a larger job with a bare "message size exceeds
 	// maximum allowed". Checked for larger jobs only, as no server takes
-	// less than that.
-	if size := int64(len(payload) + headerLen(msg.Header)); size > 32<<10 {
-		if limit := jobMaxMsgSize(p.maxPayload, p.js.Conn().MaxPayload()); size+redriveRoom > limit {
+	// less than that, unless JOB's own limit is known.
+	if size := int64(len(payload) + headerLen(msg.Header)); size > 32<<10 || p.jobLimit > 0 {
+		limit := jobMaxMsgSize(p.maxPayload, p.js.Conn().MaxPayload())
+		if p.jobLimit > 0 {
+			limit = min(limit, p.jobLimit)
+		}
+		if size+redriveRoom > limit {
 			return nil, fmt.Errorf("%w: %d bytes with its headers, %s takes at most %d less %d kept for its re-drive's headers (set by jobq serve --max-payload and the server's max_payload)", ErrPayloadTooLarge, size, StreamJob, limit, redriveRoom)
 		}
 	}

@@ -89,6 +89,13 @@ func provision(ctx context.Context, js jetstream.JetStream, cfg Config, log zero
 	return o, nil
 }
 
+// What ensureStream and ensureConsumer did to an object, at the end of the
+// change they return ("" when it was as jobq wants it).
+const (
+	wasCreated = "was created"
+	wasUpdated = "was updated in place"
+)
+
 // conflictAfter ends an ErrConflict's message with what provisioning
 // changed before it met the conflict: nothing, or changes (the objects it
 // created or edited in place, which stay so).
@@ -157,7 +164,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 			return nil, "", fmt.Errorf("create stream %s: %w", want.Name, err)
 		}
 		log.Info().Str("stream", want.Name).Msg("stream created")
-		return s, "stream " + want.Name + " was created", nil
+		return s, "stream " + want.Name + " " + wasCreated, nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("look up stream %s: %w", want.Name, err)
@@ -202,7 +209,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		Stringer("max_age_was", have.MaxAge).Int64("max_msgs_was", have.MaxMsgs).
 		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("no_ack_was", have.NoAck).
 		Msg("stream updated in place")
-	return s, "stream " + want.Name + " was updated in place", nil
+	return s, "stream " + want.Name + " " + wasUpdated, nil
 }
 
 // Bind returns o's objects looked up over js, without changing them: for a
@@ -245,7 +252,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 			return nil, "", fmt.Errorf("create consumer %s: %w", ConsumerWorker, err)
 		}
 		log.Info().Str("consumer", ConsumerWorker).Msg("consumer created")
-		return c, "consumer " + ConsumerWorker + " was created", nil
+		return c, "consumer " + ConsumerWorker + " " + wasCreated, nil
 	}
 	if errors.Is(err, jetstream.ErrNotPullConsumer) {
 		return nil, "", fmt.Errorf("%w: consumer %s is a push consumer, jobq needs a pull consumer; delete it with `nats consumer rm %s %s`", ErrConflict, ConsumerWorker, StreamJob, ConsumerWorker)
@@ -285,7 +292,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		Str("filter_subject_was", have.FilterSubject).Strs("filter_subjects_were", have.FilterSubjects).
 		Bool("headers_only_was", have.HeadersOnly).
 		Msg("consumer updated in place")
-	return c, "consumer " + ConsumerWorker + " was updated in place", nil
+	return c, "consumer " + ConsumerWorker + " " + wasUpdated, nil
 }
 
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
