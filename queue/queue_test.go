@@ -837,6 +837,58 @@ func TestExhaustedJobsAreDeadLettered(t *testing.T) {
 	}
 }
 
+// A job whose deliveries ran out while jobq was down is dead-lettered by the
+// sweep on start, also while another job is pending, once WORKER's ack
+// floor moved past it (as it does when no job is pending for a moment): no
+// job at or below the floor is pending. The sweep waited for a moment with
+// none pending as it ran, which under constant load may not come.
+func TestExhaustedJobIsDeadLetteredWhileAnotherIsPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxDeliver: 2})
+	b.enqueue(t, "job.ext", "ext-1", "x")
+	for range 2 { // an outside worker fails it on every delivery
+		msg, err := b.obj.Worker.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("next: %v", err)
+		}
+		if err := msg.Nak(); err != nil {
+			t.Fatalf("nak: %v", err)
+		}
+	}
+	waitFor(t, 10*time.Second, func() error { // the server gives up on it, unheard
+		b.obj.Worker.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
+		if st := b.status(t); st.Consumer.AckPending != 0 {
+			return fmt.Errorf("%d ack pending, want 0", st.Consumer.AckPending)
+		}
+		return nil
+	})
+	// The outside worker runs another job, then holds a third for its
+	// whole ack wait.
+	outside := func(id string) jetstream.Msg {
+		b.enqueue(t, "job.ext", id, "x")
+		m, err := b.obj.Worker.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil || m.Headers().Get(nats.MsgIdHdr) != id {
+			t.Fatalf("next: %v, want %s", err, id)
+		}
+		return m
+	}
+	if err := outside("ran-1").DoubleAck(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	held := outside("busy-1")
+	b.startPool(t, handlers.HandlerFunc(ok))
+	rec := b.waitState(t, "ext-1", data.StateFailed)
+	if st := b.status(t); st.DLQ.Messages != 1 || st.Stream.Messages != 1 || st.Consumer.AckPending != 1 {
+		t.Errorf("got JOB %d / DLQ %d / ack pending %d, want 1 / 1 / 1: busy-1 left to its worker", st.Stream.Messages, st.DLQ.Messages, st.Consumer.AckPending)
+	}
+	if !strings.Contains(rec.LastError, "deliveries exhausted") {
+		t.Errorf("ext-1's record: %+v, want its deliveries exhausted", rec)
+	}
+	if err := held.Ack(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRestartKeepsJobsAndLedger(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

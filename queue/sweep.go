@@ -24,17 +24,18 @@ import (
 // handler moves the one job it names. sweep finds the rest: when WORKER has
 // no job pending, every job still stored at or below its delivered sequence
 // has been delivered and is not pending, so its deliveries ran out. With
-// jobs pending the two cannot be told apart, so sweep waits for a quiet
-// moment (it runs every AckWait).
+// jobs pending, those at or below WORKER's ack floor are not (every job
+// pending is above it, and the server moves it past a job whose deliveries
+// ran out), so sweep goes that far. It runs at start and every AckWait.
 func (p *Pool) sweep(ctx context.Context) (int, error) {
 	info, err := p.obj.Worker.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read consumer %s: %w", ConsumerWorker, err)
 	}
-	if info.NumAckPending > 0 {
-		return 0, nil
-	}
 	last := info.Delivered.Stream
+	if info.NumAckPending > 0 {
+		last = info.AckFloor.Stream
+	}
 	moved, full := 0, 0
 	defer func() {
 		if full > 0 {
