@@ -103,6 +103,7 @@ type Pool struct {
 	beatCancel  context.CancelFunc // ends the heartbeat loop's ledger calls
 	beatsDone   chan struct{}      // closed when the heartbeat loop ended
 	sweeping    sync.WaitGroup
+	sweepSettle time.Duration  // between the sweep's two looks (see sweep)
 	recording   sync.WaitGroup // keepRecording, which the acker waits for
 	held        held           // jobs in keepRecording, and the room they take
 	life        sync.Mutex     // Start's last steps, and Stop's first
@@ -229,11 +230,12 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		// with those in dones, the acker's and the workers' own, the jobs
 		// delivered and not acked stay within twice the room, WORKER's
 		// MaxAckPending.
-		dones:     make(chan *inflight, max(cfg.Prefetch-1, 1)),
-		beats:     &heartbeats{jobs: map[*inflight]struct{}{}},
-		lease:     newLease(),
-		bigAt:     -1,
-		fetchWait: cfg.FetchWait,
+		dones:       make(chan *inflight, max(cfg.Prefetch-1, 1)),
+		beats:       &heartbeats{jobs: map[*inflight]struct{}{}},
+		lease:       newLease(),
+		bigAt:       -1,
+		fetchWait:   cfg.FetchWait,
+		sweepSettle: sweepSettle,
 	}
 	if !cfg.NoLedger {
 		p.leasing, p.leasingErr = takesLeases(obj)

@@ -25,16 +25,41 @@ import (
 // no job pending, every job still stored at or below its delivered sequence
 // has been delivered and is not pending, so its deliveries ran out. With
 // jobs pending, those at or below WORKER's ack floor are not (every job
-// pending is above it, and the server moves it past a job whose deliveries
-// ran out), so sweep goes that far. It runs at start and every AckWait.
+// pending is above it), so sweep goes that far. It runs at start and every
+// AckWait.
+//
+// A job acked a moment ago is still stored for a while: the server ends it
+// pending and moves the floor before JOB removes it, microseconds later on
+// one server, and on a cluster once the removal was agreed on. Without the
+// ledger, or run by a client outside jobq, no record tells it done. So sweep
+// looks twice, p.sweepSettle apart, and moves only the jobs found both
+// times.
 func (p *Pool) sweep(ctx context.Context) (int, error) {
-	info, err := p.obj.Worker.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read consumer %s: %w", ConsumerWorker, err)
+	// Each job found by the first look, by sequence, with when it was
+	// stored, which tells it from another at its sequence, of a JOB made
+	// anew.
+	// At most sweepMax of them: the next sweep goes on from there.
+	first := map[uint64]time.Time{}
+	var upTo uint64
+	err := p.sweepable(ctx, func(m *jetstream.RawStreamMsg) error {
+		if len(first) == sweepMax {
+			return errEnough
+		}
+		first[m.Sequence], upTo = m.Time, m.Sequence
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
 	}
-	last := info.Delivered.Stream
-	if info.NumAckPending > 0 {
-		last = info.AckFloor.Stream
+	if len(first) == 0 || err != nil {
+		return 0, err
+	}
+	t := time.NewTimer(p.sweepSettle)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-t.C:
 	}
 	moved, full := 0, 0
 	defer func() {
@@ -42,40 +67,75 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 			p.log.Error().Int("jobs", full).Msg("exhausted jobs left in " + StreamJob + ": " + StreamDLQ + " is full; re-drive dead letters (jobq dlq retry) or clear them (jobq dlq purge), or raise --max-store")
 		}
 	}()
-	for seq := uint64(1); seq <= last && !p.stopping.Load(); { // the next run, after a restart, goes on
-		m, err := p.obj.Jobs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectJobs))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+	err = p.sweepable(ctx, func(m *jetstream.RawStreamMsg) error {
+		if m.Sequence > upTo {
+			return errEnough
 		}
-		if err != nil {
-			return moved, fmt.Errorf("read %s: %w", StreamJob, err)
+		if stored, ok := first[m.Sequence]; !ok || !stored.Equal(m.Time) {
+			return nil // new since the first look
 		}
-		if m.Sequence > last {
-			break
-		}
-		seq = m.Sequence + 1
 		ok, err := p.sweepOne(ctx, m)
-		if errors.Is(err, errTooLargeForDLQ) {
+		switch {
+		case errors.Is(err, errTooLargeForDLQ):
 			// It stays where it is, named in the log every sweep; the
 			// jobs after it are still moved.
 			p.log.Error().Err(err).Msg("exhausted job left in " + StreamJob)
-			continue
-		}
-		if isFull(err) {
+		case isFull(err):
 			// So does a job whose dead letter DLQ has no room for: the
 			// jobs after it may fit, or need no room (done, or
 			// dead-lettered already).
 			full++
-			continue
-		}
-		if err != nil {
-			return moved, err
-		}
-		if ok {
+		case err != nil:
+			return err
+		case ok:
 			moved++
 		}
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
 	}
-	return moved, nil
+	return moved, err
+}
+
+// sweepSettle is how long a job found by the sweep must stay stored to be
+// taken for one whose deliveries ran out: far longer than a cluster takes
+// to remove a job acked (see sweep).
+const sweepSettle = 2 * time.Second
+
+// sweepMax bounds the jobs one sweep moves, and holds in memory between its
+// two looks.
+const sweepMax = 10000
+
+// sweepable calls f with each job stored that WORKER delivered and holds
+// pending no longer, oldest first, until f fails or the pool stops (the
+// next run, after a restart, goes on).
+func (p *Pool) sweepable(ctx context.Context, f func(*jetstream.RawStreamMsg) error) error {
+	info, err := p.obj.Worker.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read consumer %s: %w", ConsumerWorker, err)
+	}
+	last := info.Delivered.Stream
+	if info.NumAckPending > 0 {
+		last = info.AckFloor.Stream
+	}
+	for seq := uint64(1); seq <= last && !p.stopping.Load(); {
+		m, err := p.obj.Jobs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectJobs))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", StreamJob, err)
+		}
+		if m.Sequence > last {
+			return nil
+		}
+		seq = m.Sequence + 1
+		if err := f(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sweepSeq moves the job named by a MAX_DELIVERIES advisory. A job stored
