@@ -54,11 +54,14 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 	if len(first) == 0 || err != nil {
 		return 0, err
 	}
+	p.log.Debug().Int("jobs", len(first)).Stringer("again_in", p.sweepSettle).Msg("sweep found jobs whose deliveries may have run out: looking again")
 	t := time.NewTimer(p.sweepSettle)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return 0, ctx.Err()
+	case <-p.halt: // Stop began: the next sweep, here or in another pool, looks again
+		return 0, nil
 	case <-t.C:
 	}
 	moved, full := 0, 0

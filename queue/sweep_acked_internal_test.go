@@ -1,13 +1,19 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
+	"github.com/jobq/jobq/data"
+	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/server/servertest"
 )
 
@@ -85,4 +91,80 @@ func TestSweepLeavesJobsAckedAMomentAgo(t *testing.T) {
 		default:
 		}
 	}
+}
+
+// A pool stopping while its sweep waits between its two looks does not wait
+// for the second: Stop returns at once, the job left for the next sweep.
+func TestStopDoesNotWaitForTheSweepsSecondLook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{MaxDeliver: 1})
+	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", nil, EnqueueOptions{ID: "exhausted-1"}); err != nil {
+		t.Fatal(err)
+	}
+	// Its one delivery goes to a worker outside jobq, which lets it lapse.
+	if _, err := obj.Worker.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), zerolog.New(&logs))
+	p.sweepSettle = time.Hour
+	// WORKER's ack wait is a minute: the job is pending until then, so
+	// the sweep looks only once the server gave up on it.
+	ci, err := obj.Worker.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ci.Config
+	cfg.AckWait = 100 * time.Millisecond
+	if _, err := obj.JS.UpdateConsumer(ctx, StreamJob, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ci, err := obj.Worker.Info(ctx); err == nil && ci.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job stays pending")
+		}
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "looking again"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sweep never found the job: %s", logs.String())
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := p.Stop(stopCtx); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	select {
+	case <-p.cut:
+		t.Error("stop waited for the sweep's second look until its time ran out, and cut the pool off")
+	default:
+	}
+	if info, err := obj.Dead.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Errorf("DLQ: %v, %v; want the job left in JOB for the next sweep", info, err)
+	}
+}
+
+// lockedBuffer is a log any goroutine may write to.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
