@@ -104,6 +104,7 @@ type Pool struct {
 	beatsDone   chan struct{}      // closed when the heartbeat loop ended
 	sweeping    sync.WaitGroup
 	sweepSettle time.Duration  // between the sweep's two looks (see sweep)
+	sweepChunk  int            // jobs looked at twice at a time (see sweep)
 	recording   sync.WaitGroup // keepRecording, which the acker waits for
 	held        held           // jobs in keepRecording, and the room they take
 	life        sync.Mutex     // Start's last steps, and Stop's first
@@ -236,6 +237,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 		bigAt:       -1,
 		fetchWait:   cfg.FetchWait,
 		sweepSettle: sweepSettle,
+		sweepChunk:  sweepChunk,
 	}
 	if !cfg.NoLedger {
 		p.leasing, p.leasingErr = takesLeases(obj)

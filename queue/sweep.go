@@ -35,70 +35,74 @@ import (
 // looks twice, p.sweepSettle apart, and moves only the jobs found both
 // times.
 func (p *Pool) sweep(ctx context.Context) (int, error) {
-	// Each job found by the first look, by sequence, with when it was
-	// stored, which tells it from another at its sequence, of a JOB made
-	// anew.
-	// At most sweepMax of them: the next sweep goes on from there.
-	first := map[uint64]time.Time{}
-	var upTo uint64
-	err := p.sweepable(ctx, func(m *jetstream.RawStreamMsg) error {
-		if len(first) == sweepMax {
-			return errEnough
-		}
-		first[m.Sequence], upTo = m.Time, m.Sequence
-		return nil
-	})
-	if errors.Is(err, errEnough) {
-		err = nil
-	}
-	if len(first) == 0 || err != nil {
-		return 0, err
-	}
-	p.log.Debug().Int("jobs", len(first)).Stringer("again_in", p.sweepSettle).Msg("sweep found jobs whose deliveries may have run out: looking again")
-	t := time.NewTimer(p.sweepSettle)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-p.halt: // Stop began: the next sweep, here or in another pool, looks again
-		return 0, nil
-	case <-t.C:
-	}
 	moved, full := 0, 0
 	defer func() {
 		if full > 0 {
 			p.log.Error().Int("jobs", full).Msg("exhausted jobs left in " + StreamJob + ": " + StreamDLQ + " is full; re-drive dead letters (jobq dlq retry) or clear them (jobq dlq purge), or raise --max-store")
 		}
 	}()
-	err = p.sweepable(ctx, func(m *jetstream.RawStreamMsg) error {
-		if m.Sequence > upTo {
-			return errEnough
+	// In chunks of at most p.sweepChunk jobs, each looked at twice.
+	for from := uint64(1); ; {
+		// Each job found by the first look, by sequence, with when it
+		// was stored, which tells it from another at its sequence, of a
+		// JOB made anew.
+		first := map[uint64]time.Time{}
+		var upTo uint64
+		err := p.sweepable(ctx, from, func(m *jetstream.RawStreamMsg) error {
+			if len(first) == p.sweepChunk {
+				return errEnough
+			}
+			first[m.Sequence], upTo = m.Time, m.Sequence
+			return nil
+		})
+		more := errors.Is(err, errEnough)
+		if len(first) == 0 || err != nil && !more {
+			return moved, err
 		}
-		if stored, ok := first[m.Sequence]; !ok || !stored.Equal(m.Time) {
-			return nil // new since the first look
+		p.log.Debug().Int("jobs", len(first)).Stringer("again_in", p.sweepSettle).Msg("sweep found jobs whose deliveries may have run out: looking again")
+		t := time.NewTimer(p.sweepSettle)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return moved, ctx.Err()
+		case <-p.halt: // Stop began: the next sweep, here or in another pool, looks again
+			t.Stop()
+			return moved, nil
+		case <-t.C:
 		}
-		ok, err := p.sweepOne(ctx, m)
-		switch {
-		case errors.Is(err, errTooLargeForDLQ):
-			// It stays where it is, named in the log every sweep; the
-			// jobs after it are still moved.
-			p.log.Error().Err(err).Msg("exhausted job left in " + StreamJob)
-		case isFull(err):
-			// So does a job whose dead letter DLQ has no room for: the
-			// jobs after it may fit, or need no room (done, or
-			// dead-lettered already).
-			full++
-		case err != nil:
-			return err
-		case ok:
-			moved++
+		err = p.sweepable(ctx, from, func(m *jetstream.RawStreamMsg) error {
+			if m.Sequence > upTo {
+				return errEnough
+			}
+			if stored, ok := first[m.Sequence]; !ok || !stored.Equal(m.Time) {
+				return nil // new since the first look
+			}
+			ok, err := p.sweepOne(ctx, m)
+			switch {
+			case errors.Is(err, errTooLargeForDLQ):
+				// It stays where it is, named in the log every sweep;
+				// the jobs after it are still moved.
+				p.log.Error().Err(err).Msg("exhausted job left in " + StreamJob)
+			case isFull(err):
+				// So does a job whose dead letter DLQ has no room for:
+				// the jobs after it may fit, or need no room (done, or
+				// dead-lettered already).
+				full++
+			case err != nil:
+				return err
+			case ok:
+				moved++
+			}
+			return nil
+		})
+		if errors.Is(err, errEnough) {
+			err = nil
 		}
-		return nil
-	})
-	if errors.Is(err, errEnough) {
-		err = nil
+		if err != nil || !more {
+			return moved, err
+		}
+		from = upTo + 1
 	}
-	return moved, err
 }
 
 // sweepSettle is how long a job found by the sweep must stay stored to be
@@ -106,14 +110,14 @@ func (p *Pool) sweep(ctx context.Context) (int, error) {
 // to remove a job acked (see sweep).
 const sweepSettle = 2 * time.Second
 
-// sweepMax bounds the jobs one sweep moves, and holds in memory between its
-// two looks.
-const sweepMax = 10000
+// sweepChunk bounds the jobs a sweep holds in memory between its two looks:
+// it goes on with the next ones after.
+const sweepChunk = 10000
 
-// sweepable calls f with each job stored that WORKER delivered and holds
-// pending no longer, oldest first, until f fails or the pool stops (the
-// next run, after a restart, goes on).
-func (p *Pool) sweepable(ctx context.Context, f func(*jetstream.RawStreamMsg) error) error {
+// sweepable calls f with each job stored from sequence from on that WORKER
+// delivered and holds pending no longer, oldest first, until f fails or the
+// pool stops (the next run, after a restart, goes on).
+func (p *Pool) sweepable(ctx context.Context, from uint64, f func(*jetstream.RawStreamMsg) error) error {
 	info, err := p.obj.Worker.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("read consumer %s: %w", ConsumerWorker, err)
@@ -122,7 +126,7 @@ func (p *Pool) sweepable(ctx context.Context, f func(*jetstream.RawStreamMsg) er
 	if info.NumAckPending > 0 {
 		last = info.AckFloor.Stream
 	}
-	for seq := uint64(1); seq <= last && !p.stopping.Load(); {
+	for seq := from; seq <= last && !p.stopping.Load(); {
 		m, err := p.obj.Jobs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(SubjectJobs))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil

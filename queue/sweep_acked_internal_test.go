@@ -99,35 +99,10 @@ func TestStopDoesNotWaitForTheSweepsSecondLook(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{MaxDeliver: 1})
-	if _, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", nil, EnqueueOptions{ID: "exhausted-1"}); err != nil {
-		t.Fatal(err)
-	}
-	// Its one delivery goes to a worker outside jobq, which lets it lapse.
-	if _, err := obj.Worker.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
 	var logs lockedBuffer
 	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), zerolog.New(&logs))
 	p.sweepSettle = time.Hour
-	// WORKER's ack wait is a minute: the job is pending until then, so
-	// the sweep looks only once the server gave up on it.
-	ci, err := obj.Worker.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := ci.Config
-	cfg.AckWait = 100 * time.Millisecond
-	if _, err := obj.JS.UpdateConsumer(ctx, StreamJob, cfg); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if ci, err := obj.Worker.Info(ctx); err == nil && ci.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job stays pending")
-		}
-	}
+	exhaust(t, obj, 1)
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +123,64 @@ func TestStopDoesNotWaitForTheSweepsSecondLook(t *testing.T) {
 	}
 	if info, err := obj.Dead.Info(ctx); err != nil || info.State.Msgs != 0 {
 		t.Errorf("DLQ: %v, %v; want the job left in JOB for the next sweep", info, err)
+	}
+}
+
+// A sweep goes on past the jobs it holds between its two looks, so that a
+// chunk of jobs left in JOB (DLQ full, say) does not keep it from the rest.
+func TestSweepMovesEveryChunk(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{MaxDeliver: 1})
+	p := NewPool(obj, nil, servertest.Logger(t))
+	p.sweepSettle, p.sweepChunk = 10*time.Millisecond, 2
+	exhaust(t, obj, 5)
+	if n, err := p.sweep(context.Background()); n != 5 || err != nil {
+		t.Errorf("sweep: moved %d, %v; want all 5, in chunks of 2", n, err)
+	}
+	if info, err := obj.Dead.Info(context.Background()); err != nil || info.State.Msgs != 5 {
+		t.Errorf("DLQ: %v, %v; want 5 dead letters", info, err)
+	}
+}
+
+// exhaust stores n jobs and lets their one delivery (MaxDeliver 1) lapse
+// with a worker outside jobq, WORKER's ack wait cut short, until the
+// server gave up on them all.
+func exhaust(t *testing.T, obj *Objects, n int) {
+	t.Helper()
+	ctx := context.Background()
+	prod := NewProducer(obj.JS, obj.Config)
+	for i := range n {
+		if _, err := prod.Enqueue(ctx, "job.x", nil, EnqueueOptions{ID: fmt.Sprintf("exhausted-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := obj.Worker.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for range batch.Messages() {
+		got++
+	}
+	if got != n {
+		t.Fatalf("fetched %d of %d jobs", got, n)
+	}
+	ci, err := obj.Worker.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ci.Config
+	cfg.AckWait = 100 * time.Millisecond
+	if _, err := obj.JS.UpdateConsumer(ctx, StreamJob, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ci, err := obj.Worker.Info(ctx); err == nil && ci.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the jobs stay pending")
+		}
 	}
 }
 
