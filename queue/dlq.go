@@ -602,7 +602,8 @@ func PurgeDeadLetters(ctx context.Context, obj *Objects) (uint64, error) {
 // not run again, and its ledger record stays as it was (failed), as
 // PurgeDeadLetters leaves the records of all of them. A dead letter gone
 // since it was found (re-driven or removed by another client) is
-// ErrNoDeadLetter.
+// ErrNoDeadLetter; one whose delete the server took without an answer
+// that came back is removed.
 func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
 	dead, err := deadStream(ctx, obj)
 	if errors.Is(err, errDLQGone) {
@@ -616,6 +617,9 @@ func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
 		return nil
 	}
 	if _, gerr := dead.GetMsg(ctx, d.Seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		if !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+			return nil // the server took the delete, and its answer was lost
+		}
 		return fmt.Errorf("%w: DLQ seq %d was removed meanwhile, by another client (see jobq dlq list)", ErrNoDeadLetter, d.Seq)
 	}
 	return fmt.Errorf("remove dead letter %d: %w", d.Seq, err)

@@ -847,3 +847,36 @@ func TestRemoveOfADeadLetterRemovedMeanwhileSaysSo(t *testing.T) {
 		t.Errorf("dead letters left: %d, %v; want none", n, err)
 	}
 }
+
+// A removal whose answer was lost (the server deleted the dead letter) is
+// done, not said to be another client's.
+func TestRemoveWhoseAnswerWasLostIsDone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "rm-1", Subject: "job.x", Seq: 1}, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := FindDeadLetter(ctx, obj, "rm-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Dead = lostDeleteAnswer{obj.Dead}
+	if err := RemoveDeadLetter(ctx, obj, d); err != nil {
+		t.Errorf("remove: %v; want it done", err)
+	}
+	if n, err := DeadLetterCount(ctx, obj); err != nil || n != 0 {
+		t.Errorf("dead letters left: %d, %v; want none", n, err)
+	}
+}
+
+// lostDeleteAnswer is a stream whose message deletes go through and whose
+// answers are lost.
+type lostDeleteAnswer struct{ jetstream.Stream }
+
+func (s lostDeleteAnswer) DeleteMsg(ctx context.Context, seq uint64) error {
+	if err := s.Stream.DeleteMsg(ctx, seq); err != nil {
+		return err
+	}
+	return nats.ErrTimeout
+}
