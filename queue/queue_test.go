@@ -1080,7 +1080,23 @@ func TestShutdownReleasesUnstartedJobsUnresumed(t *testing.T) {
 	b.enqueue(t, "job.s", "first", "x")
 	<-started
 	b.enqueue(t, "job.s", "waiting", "x")
-	b.waitAckPending(t, 2) // the pool holds it, its worker busy
+	// The pool holds it, its worker busy: on its lease, not only
+	// delivered (a job that arrives once its pull ended is handed back
+	// without a record).
+	waitFor(t, 10*time.Second, func() error {
+		leases, err := data.NewLedger(b.obj.Ledger, time.Minute, nil).ReadLeases(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, l := range leases {
+			for _, j := range l.Jobs {
+				if j.Key == data.Key("waiting") {
+					return nil
+				}
+			}
+		}
+		return errors.New("job waiting is not on the pool's lease")
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := p.Stop(ctx); err != nil {
