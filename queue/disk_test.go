@@ -130,7 +130,7 @@ func TestFullDLQKeepsItsJobsInJOB(t *testing.T) {
 	ctx := context.Background()
 	const capBytes = 200 << 10
 	b := setup(t, queue.Config{DeadMaxBytes: capBytes, MaxDeliver: 1, AckWait: time.Second})
-	logs := &logBuffer{}
+	logs := &servertest.LogBuffer{}
 	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
 		if job.Subject == "job.bad" {
 			return handlers.Permanent(errors.New("broken"))
@@ -198,7 +198,7 @@ func TestSweepGoesOnPastAJobAFullDLQRefuses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, queue.Config{DeadMaxBytes: 100 << 10, MaxDeliver: 1, AckWait: time.Second})
-	logs := &logBuffer{}
+	logs := &servertest.LogBuffer{}
 	p := queue.NewPool(b.obj, handlers.HandlerFunc(func(context.Context, *data.Job) error {
 		return handlers.Permanent(errors.New("broken for good"))
 	}), zerolog.New(logs))

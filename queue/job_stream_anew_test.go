@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -180,7 +179,7 @@ func TestSweepGoesOnPastAJobTooLargeForDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	exhaust(t, b, 2)
-	logs := &logBuffer{}
+	logs := &servertest.LogBuffer{}
 	p := queue.NewPool(b.obj, handlers.HandlerFunc(ok), zerolog.New(logs))
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -236,24 +235,6 @@ func stopPool(t *testing.T, p *queue.Pool) {
 	if err := p.Stop(ctx); err != nil {
 		t.Errorf("stop pool: %v", err)
 	}
-}
-
-// logBuffer is a log any goroutine may write to.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // A seq-1 job of a JOB made anew that claims over the record of the

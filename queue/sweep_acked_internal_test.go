@@ -1,11 +1,9 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -99,7 +97,7 @@ func TestStopDoesNotWaitForTheSweepsSecondLook(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{MaxDeliver: 1})
-	var logs lockedBuffer
+	var logs servertest.LogBuffer
 	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), zerolog.New(&logs))
 	p.sweepSettle = time.Hour
 	exhaust(t, obj, 1)
@@ -182,22 +180,4 @@ func exhaust(t *testing.T, obj *Objects, n int) {
 			t.Fatal("the jobs stay pending")
 		}
 	}
-}
-
-// lockedBuffer is a log any goroutine may write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -4,6 +4,7 @@
 package servertest
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,4 +124,24 @@ func SelfSignedCert(t testing.TB, dir string, hosts ...string) (certFile, keyFil
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+// LogBuffer is a log any goroutine may write to, for tests that look for a
+// line in it.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
