@@ -2169,11 +2169,14 @@ func dlqRemove(c *cli.Context) error {
 	}
 	defer closeFn()
 	ref := c.Args().First()
+	if ref == "" {
+		return badUsage("dlq rm: the argument is empty (is a shell variable unset?); pass a DLQ sequence or job ID (see jobq dlq list)")
+	}
 	var removed []queue.DeadLetter
 	// A number is a DLQ sequence alone: a dead letter gone from there
 	// (removed by an earlier dlq rm) is not to be taken for the job of
 	// that ID, which would be deleted in its place.
-	if seq, perr := strconv.ParseUint(ref, 10, 64); perr == nil && seq > 0 && !c.Bool("by-id") {
+	if seq, ok := queue.DLQSeq(ref); ok && !c.Bool("by-id") {
 		d, err := queue.DeadLetterAt(c.Context, obj, seq)
 		if errors.Is(err, queue.ErrNoDeadLetter) {
 			return fmt.Errorf("%w; for the job whose ID is %s, pass --by-id", err, ref)

@@ -1882,10 +1882,24 @@ func TestCLIDLQRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := strconv.FormatUint(ack.Sequence, 10)
+	// An empty argument (an unset shell variable) is bad usage, not the
+	// job ID of the dead letters without one.
+	wantOneLineError(t, s.jobq(t, "dlq", "rm", ""), 2, "empty")
 	if got, want := s.mustJobq(t, "dlq", "rm", seq), "removed dlq seq "+seq+" (it had no job ID)\n"; got != want {
 		t.Errorf("dlq rm %s: got %q, want %q", seq, got, want)
 	}
-	s.waitCounts(t, counts{Records: 3, DLQ: 1})
+
+	// A number written with leading zeros is a job ID, not the sequence.
+	s.storeDeadLetter(t, "x7", "job.x")  // at DLQ seq 7
+	s.storeDeadLetter(t, "007", "job.x") // at DLQ seq 8
+	if got, want := s.mustJobq(t, "dlq", "rm", "007"), "removed 007 (dlq seq 8)\n"; got != want {
+		t.Errorf("dlq rm 007: got %q, want %q", got, want)
+	}
+	s.jobqJSON(t, &list, "dlq", "list")
+	if len(list) != 2 || list[0].ID != "rm-1" || list[1].ID != "x7" {
+		t.Errorf("dlq list at the end: got %+v, want rm-1 and x7", list)
+	}
+	s.waitCounts(t, counts{Records: 3, DLQ: 2})
 }
 
 // dlq retry counts a dead letter it re-enqueued and could not remove from

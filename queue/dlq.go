@@ -164,6 +164,9 @@ type DeadLetter struct {
 	FailedAt time.Time           `json:"failed_at"`
 	Header   map[string][]string `json:"headers,omitempty"`
 	Payload  []byte              `json:"payload,omitempty"`
+	// at is when DLQ stored it: with Seq, it tells this dead letter from
+	// another at Seq, of a DLQ made anew.
+	at time.Time
 	// storedAt is when its job was stored in JOB, from its Nats-Msg-Id
 	// (see deadLetterID), to the millisecond; zero if unknown.
 	storedAt time.Time
@@ -173,7 +176,7 @@ func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	h := m.Header
 	d := DeadLetter{
 		Seq: m.Sequence, ID: h.Get(HeaderJobID), Subject: h.Get(HeaderSubject),
-		Error: h.Get(HeaderError), Payload: m.Data, Header: map[string][]string{},
+		Error: h.Get(HeaderError), Payload: m.Data, Header: map[string][]string{}, at: m.Time.UTC(),
 	}
 	d.JobSeq, _ = strconv.ParseUint(h.Get(HeaderSeq), 10, 64)
 	d.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
@@ -307,13 +310,21 @@ func FindDeadLetter(ctx context.Context, obj *Objects, ref string) (DeadLetter, 
 	if _, err := deadStream(ctx, obj); errors.Is(err, errDLQGone) {
 		return DeadLetter{}, fmt.Errorf("%w: %q (%w)", ErrNoDeadLetter, ref, err)
 	}
-	if seq, err := strconv.ParseUint(ref, 10, 64); err == nil && seq > 0 { // 0 is no sequence, but may be an ID
+	if seq, ok := DLQSeq(ref); ok {
 		d, err := DeadLetterAt(ctx, obj, seq)
 		if !errors.Is(err, ErrNoDeadLetter) {
 			return d, err
 		}
 	}
 	return DeadLetterOf(ctx, obj, ref)
+}
+
+// DLQSeq returns the DLQ sequence ref is, if it is one: a number greater
+// than 0, written plainly. 0, and a number with leading zeros (007), are
+// no sequence, but may be job IDs.
+func DLQSeq(ref string) (uint64, bool) {
+	seq, err := strconv.ParseUint(ref, 10, 64)
+	return seq, err == nil && seq > 0 && strconv.FormatUint(seq, 10) == ref
 }
 
 // DeadLetterAt returns the dead letter at DLQ sequence seq.
@@ -612,6 +623,19 @@ func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
 	if err != nil {
 		return err
 	}
+	if !d.at.IsZero() {
+		// No delete is conditional: what is at d.Seq is looked at first,
+		// which leaves a moment for DLQ to be made anew in.
+		m, err := dead.GetMsg(ctx, d.Seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("%w: DLQ seq %d was removed meanwhile, by another client (see jobq dlq list)", ErrNoDeadLetter, d.Seq)
+		case err != nil:
+			return fmt.Errorf("read %s: %w", StreamDLQ, err)
+		case !m.Time.Equal(d.at):
+			return fmt.Errorf("%w: DLQ seq %d holds another dead letter now, %s made anew since it was looked up (see jobq dlq list)", ErrNoDeadLetter, d.Seq, StreamDLQ)
+		}
+	}
 	err = dead.DeleteMsg(ctx, d.Seq)
 	if err == nil {
 		return nil
@@ -626,23 +650,22 @@ func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
 }
 
 // RemoveDeadLettersOf deletes every dead letter of job id stored when it
-// begins, as RemoveDeadLetter does, and returns those it deleted, without
-// their payloads. One that another client removed meanwhile is left out;
+// begins, as RemoveDeadLetter does, and returns those it deleted, read
+// without their payloads. One that another client removed meanwhile is left out;
 // none at all is ErrNoDeadLetter.
 func RemoveDeadLettersOf(ctx context.Context, obj *Objects, id string) ([]DeadLetter, error) {
-	var found []DeadLetter
-	err := EachDeadLetter(ctx, obj, func(d DeadLetter) error {
-		if d.ID == id {
-			d.Payload = nil
-			found = append(found, d)
-		}
-		return nil
-	})
+	if id == "" {
+		return nil, fmt.Errorf("%w: the job ID is empty", ErrNoDeadLetter)
+	}
+	all, err := ListDeadLetterSummaries(ctx, obj, 0) // their headers only
 	if err != nil {
 		return nil, err
 	}
 	removed := []DeadLetter{}
-	for _, d := range found {
+	for _, d := range all {
+		if d.ID != id {
+			continue
+		}
 		switch err := RemoveDeadLetter(ctx, obj, d); {
 		case errors.Is(err, ErrNoDeadLetter):
 		case err != nil:

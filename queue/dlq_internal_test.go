@@ -880,3 +880,59 @@ func (s lostDeleteAnswer) DeleteMsg(ctx context.Context, seq uint64) error {
 	}
 	return nats.ErrTimeout
 }
+
+// DLQ deleted and made anew between a dead letter's look-up and its
+// removal: the dead letter now at its sequence is another's, and stays.
+func TestRemoveAfterDLQWasMadeAnewLeavesTheNewDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "old-1", Subject: "job.x", Seq: 1}, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := DeadLetterAt(ctx, obj, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.JS.DeleteStream(ctx, StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.JS.CreateStream(ctx, deadStreamConfig(obj.Config)); err != nil {
+		t.Fatal(err)
+	}
+	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "new-1", Subject: "job.x", Seq: 1}, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDeadLetter(ctx, obj, d); !errors.Is(err, ErrNoDeadLetter) || !strings.Contains(err.Error(), "made anew") {
+		t.Errorf("removal of old-1's dead letter: %v; want %v, DLQ made anew", err, ErrNoDeadLetter)
+	}
+	if _, err := DeadLetterOf(ctx, obj, "new-1"); err != nil {
+		t.Errorf("new-1's dead letter: %v; want it left in DLQ", err)
+	}
+}
+
+// Removing a job's dead letters reads the others' headers only: a DLQ of
+// large payloads is not downloaded whole.
+func TestRemoveDeadLettersOfReadsOthersHeadersOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	payload := make([]byte, 256<<10)
+	for i := range 8 {
+		job := &data.Job{ID: fmt.Sprintf("big-%d", i), Subject: "job.x", Seq: uint64(i + 1), Payload: payload}
+		if err := deadLetter(ctx, obj.JS, job, nil, "boom"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := obj.JS.Conn().Stats().InBytes
+	removed, err := RemoveDeadLettersOf(ctx, obj, "big-7")
+	if err != nil || len(removed) != 1 || removed[0].Seq != 8 {
+		t.Fatalf("remove big-7: %+v, %v; want its dead letter at seq 8", removed, err)
+	}
+	if read := obj.JS.Conn().Stats().InBytes - before; read > 2*uint64(len(payload)) {
+		t.Errorf("removing big-7's dead letter read %d bytes, for 8 dead letters of %d; want little more than its own", read, len(payload))
+	}
+	if _, err := RemoveDeadLettersOf(ctx, obj, ""); !errors.Is(err, ErrNoDeadLetter) {
+		t.Errorf("remove the dead letters of an empty ID: %v; want %v", err, ErrNoDeadLetter)
+	}
+}

@@ -52,3 +52,39 @@ func TestMakeWorkerAnewSaysWhatItFound(t *testing.T) {
 		})
 	}
 }
+
+// WORKER made again by another client, as a push consumer, between the
+// pool's look-up and its create: the pool looks again, and says what it
+// found, rather than take it for another pool's.
+func TestMakeWorkerAnewLooksAgainWhenBeatenToIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	if err := obj.JS.DeleteConsumer(ctx, StreamJob, ConsumerWorker); err != nil {
+		t.Fatal(err)
+	}
+	real := obj.JS
+	obj.JS = beatenToCreate{JetStream: real, first: func() error {
+		_, err := real.CreateOrUpdatePushConsumer(ctx, StreamJob, jetstream.ConsumerConfig{Durable: ConsumerWorker, DeliverSubject: "deliver.here", AckPolicy: jetstream.AckExplicitPolicy})
+		return err
+	}}
+	var buf bytes.Buffer
+	NewPool(obj, nil, zerolog.New(&buf)).makeWorkerAnew(ctx)
+	if got := buf.String(); !strings.Contains(got, "as jobq cannot use it") {
+		t.Errorf("log: %s; want it to say WORKER was made again as jobq cannot use it", got)
+	}
+}
+
+// beatenToCreate is a JetStream on which another client creates a consumer
+// (first) just before each consumer this one creates.
+type beatenToCreate struct {
+	jetstream.JetStream
+	first func() error
+}
+
+func (b beatenToCreate) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if err := b.first(); err != nil {
+		return nil, err
+	}
+	return b.JetStream.CreateConsumer(ctx, stream, cfg)
+}
