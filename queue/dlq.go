@@ -219,16 +219,29 @@ var errEnough = errors.New("enough")
 // of the list, such as the dashboard's, which a DLQ of large payloads would
 // otherwise slow down with every load.
 func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := eachDeadLetterSummary(ctx, obj, limit, func(d DeadLetter) error {
+		out = append(out, d)
+		return nil
+	})
+	return out, err
+}
+
+// summaryBatch is how many dead letters' headers eachDeadLetterSummary
+// holds at a time.
+const summaryBatch = 1000
+
+// eachDeadLetterSummary calls f with each of up to limit (<= 0: all) dead
+// letters stored when it began, oldest first, without its payload, reading
+// summaryBatch at a time; it stops at f's first error and returns it.
+func eachDeadLetterSummary(ctx context.Context, obj *Objects, limit int, f func(DeadLetter) error) error {
 	dead, info, err := deadLetterInfo(ctx, obj)
-	if err != nil || info == nil {
-		return nil, err
+	if err != nil || info == nil || info.State.Msgs == 0 {
+		return err
 	}
-	n := int(min(info.State.Msgs, math.MaxInt32))
+	left := int(min(info.State.Msgs, math.MaxInt32))
 	if limit > 0 {
-		n = min(n, limit)
-	}
-	if n == 0 {
-		return nil, nil
+		left = min(left, limit)
 	}
 	// A plain ephemeral consumer, removed once read: an ordered consumer
 	// creates two per read, keeps one for its InactiveThreshold and retries
@@ -243,31 +256,43 @@ func ListDeadLetterSummaries(ctx context.Context, obj *Objects, limit int) ([]De
 		InactiveThreshold: 10 * time.Second, // if the delete below is lost
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
+		return fmt.Errorf("read %s: %w", StreamDLQ, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		dead.DeleteConsumer(dctx, c.CachedInfo().Name)
 	}()
-	batch, err := c.FetchNoWait(n)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", StreamDLQ, err)
-	}
-	out := make([]DeadLetter, 0, n)
-	for m := range batch.Messages() {
-		meta, err := m.Metadata()
+	for left > 0 {
+		batch, err := c.FetchNoWait(min(left, summaryBatch))
 		if err != nil {
-			return out, fmt.Errorf("read %s: %w", StreamDLQ, err)
+			return fmt.Errorf("read %s: %w", StreamDLQ, err)
 		}
-		d := deadLetterFrom(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Time: meta.Timestamp})
-		d.Payload = nil
-		out = append(out, d)
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			meta, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("read %s: %w", StreamDLQ, err)
+			}
+			if meta.Sequence.Stream > info.State.LastSeq {
+				return nil // stored since it began
+			}
+			d := deadLetterFrom(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Time: meta.Timestamp})
+			d.Payload = nil
+			if err := f(d); err != nil {
+				return err
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("read %s: %w", StreamDLQ, err)
+		}
+		if got == 0 {
+			return nil // the rest went meanwhile (re-driven, removed)
+		}
+		left -= got
 	}
-	if err := batch.Error(); err != nil {
-		return out, fmt.Errorf("read %s: %w", StreamDLQ, err)
-	}
-	return out, nil
+	return nil
 }
 
 // EachDeadLetter calls f with each dead letter stored when it began, oldest
@@ -348,8 +373,9 @@ func DeadLetterAt(ctx context.Context, obj *Objects, seq uint64) (DeadLetter, er
 
 // DeadLetterOf returns the oldest dead letter of job id.
 func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, error) {
+	// Found by the headers alone, then read whole.
 	var found *DeadLetter
-	err := EachDeadLetter(ctx, obj, func(d DeadLetter) error {
+	err := eachDeadLetterSummary(ctx, obj, 0, func(d DeadLetter) error {
 		if d.ID != id {
 			return nil
 		}
@@ -358,7 +384,7 @@ func DeadLetterOf(ctx context.Context, obj *Objects, id string) (DeadLetter, err
 	})
 	switch {
 	case found != nil:
-		return *found, nil
+		return DeadLetterAt(ctx, obj, found.Seq)
 	case err != nil:
 		return DeadLetter{}, err
 	}
@@ -657,15 +683,18 @@ func RemoveDeadLettersOf(ctx context.Context, obj *Objects, id string) ([]DeadLe
 	if id == "" {
 		return nil, fmt.Errorf("%w: the job ID is empty", ErrNoDeadLetter)
 	}
-	all, err := ListDeadLetterSummaries(ctx, obj, 0) // their headers only
+	var found []DeadLetter
+	err := eachDeadLetterSummary(ctx, obj, 0, func(d DeadLetter) error { // their headers only
+		if d.ID == id {
+			found = append(found, d)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	removed := []DeadLetter{}
-	for _, d := range all {
-		if d.ID != id {
-			continue
-		}
+	for _, d := range found {
 		switch err := RemoveDeadLetter(ctx, obj, d); {
 		case errors.Is(err, ErrNoDeadLetter):
 		case err != nil:

@@ -911,8 +911,8 @@ func TestRemoveAfterDLQWasMadeAnewLeavesTheNewDeadLetter(t *testing.T) {
 	}
 }
 
-// Removing a job's dead letters reads the others' headers only: a DLQ of
-// large payloads is not downloaded whole.
+// Finding or removing a job's dead letters reads the others' headers only:
+// a DLQ of large payloads is not downloaded whole.
 func TestRemoveDeadLettersOfReadsOthersHeadersOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -925,6 +925,13 @@ func TestRemoveDeadLettersOfReadsOthersHeadersOnly(t *testing.T) {
 		}
 	}
 	before := obj.JS.Conn().Stats().InBytes
+	if d, err := DeadLetterOf(ctx, obj, "big-7"); err != nil || len(d.Payload) != len(payload) {
+		t.Fatalf("dead letter of big-7: %v; want it with its payload", err)
+	}
+	if read := obj.JS.Conn().Stats().InBytes - before; read > 2*uint64(len(payload)) {
+		t.Errorf("finding big-7's dead letter read %d bytes, for 8 dead letters of %d; want little more than its own", read, len(payload))
+	}
+	before = obj.JS.Conn().Stats().InBytes
 	removed, err := RemoveDeadLettersOf(ctx, obj, "big-7")
 	if err != nil || len(removed) != 1 || removed[0].Seq != 8 {
 		t.Fatalf("remove big-7: %+v, %v; want its dead letter at seq 8", removed, err)
@@ -934,5 +941,36 @@ func TestRemoveDeadLettersOfReadsOthersHeadersOnly(t *testing.T) {
 	}
 	if _, err := RemoveDeadLettersOf(ctx, obj, ""); !errors.Is(err, ErrNoDeadLetter) {
 		t.Errorf("remove the dead letters of an empty ID: %v; want %v", err, ErrNoDeadLetter)
+	}
+}
+
+// The dead letters' headers are read a batch at a time, to the last one
+// stored when the read began; a job ID's dead letter is found by its
+// headers, then read whole.
+func TestDeadLettersAreFoundPastTheFirstBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	n := summaryBatch + 2
+	for i := range n {
+		m := nats.NewMsg(SubjectDLQPrefix + "job.x")
+		m.Header.Set(HeaderJobID, fmt.Sprintf("d-%d", i))
+		m.Data = []byte(fmt.Sprintf("payload of d-%d", i))
+		if _, err := obj.JS.PublishMsgAsync(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-obj.JS.PublishAsyncComplete()
+	all, err := ListDeadLetterSummaries(ctx, obj, 0)
+	if err != nil || len(all) != n || all[n-1].ID != fmt.Sprintf("d-%d", n-1) || all[n-1].Payload != nil {
+		t.Fatalf("summaries: %d, %v; want all %d, the last d-%d, without payloads", len(all), err, n, n-1)
+	}
+	last := fmt.Sprintf("d-%d", n-1)
+	d, err := DeadLetterOf(ctx, obj, last)
+	if err != nil || d.Seq != uint64(n) || string(d.Payload) != "payload of "+last {
+		t.Errorf("dead letter of %s: %+v, %v; want seq %d with its payload", last, d, err, n)
+	}
+	if removed, err := RemoveDeadLettersOf(ctx, obj, last); err != nil || len(removed) != 1 || removed[0].Seq != uint64(n) {
+		t.Errorf("remove %s: %+v, %v; want its dead letter at seq %d", last, removed, err, n)
 	}
 }
