@@ -464,9 +464,11 @@ func RetryDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) (*Redrive,
 	if rec, err := ledger.Get(ctx, id); err == nil && rec.State == data.StateDone {
 		r.Done = true
 	}
-	dead, err := deadStream(ctx, obj)
-	if err == nil {
-		err = deleteMsg(ctx, dead, d.Seq)
+	// Removed as dlq rm removes it: what is at its sequence is looked at
+	// first, so that a dead letter of a DLQ made anew since stays.
+	err = RemoveDeadLetter(ctx, obj, d)
+	if errors.Is(err, ErrNoDeadLetter) {
+		err = nil // gone already, with DLQ or by another client's hand
 	}
 	if err != nil {
 		return r, fmt.Errorf("remove dead letter %d after re-enqueue: %w", d.Seq, err)

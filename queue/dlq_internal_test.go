@@ -974,3 +974,34 @@ func TestDeadLettersAreFoundPastTheFirstBatch(t *testing.T) {
 		t.Errorf("remove %s: %+v, %v; want its dead letter at seq %d", last, removed, err, n)
 	}
 }
+
+// DLQ deleted and made anew between a dead letter's look-up and the end of
+// its re-drive: the re-drive is stored, and the dead letter now at its
+// sequence, another job's, stays.
+func TestRetryAfterDLQWasMadeAnewLeavesTheNewDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "old-1", Subject: "job.x", Seq: 1}, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := DeadLetterAt(ctx, obj, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.JS.DeleteStream(ctx, StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.JS.CreateStream(ctx, deadStreamConfig(obj.Config)); err != nil {
+		t.Fatal(err)
+	}
+	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "new-1", Subject: "job.x", Seq: 2}, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := RetryDeadLetter(ctx, obj, d); err != nil || r == nil {
+		t.Errorf("retry of old-1's dead letter: %+v, %v; want it re-enqueued", r, err)
+	}
+	if _, err := DeadLetterOf(ctx, obj, "new-1"); err != nil {
+		t.Errorf("new-1's dead letter: %v; want it left in DLQ", err)
+	}
+}
