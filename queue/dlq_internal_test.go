@@ -887,22 +887,7 @@ func TestRemoveAfterDLQWasMadeAnewLeavesTheNewDeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{})
-	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "old-1", Subject: "job.x", Seq: 1}, nil, "boom"); err != nil {
-		t.Fatal(err)
-	}
-	d, err := DeadLetterAt(ctx, obj, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := obj.JS.DeleteStream(ctx, StreamDLQ); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := obj.JS.CreateStream(ctx, deadStreamConfig(obj.Config)); err != nil {
-		t.Fatal(err)
-	}
-	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "new-1", Subject: "job.x", Seq: 1}, nil, "boom"); err != nil {
-		t.Fatal(err)
-	}
+	d := deadLetterOfAnEarlierDLQ(t, obj)
 	if err := RemoveDeadLetter(ctx, obj, d); !errors.Is(err, ErrNoDeadLetter) || !strings.Contains(err.Error(), "made anew") {
 		t.Errorf("removal of old-1's dead letter: %v; want %v, DLQ made anew", err, ErrNoDeadLetter)
 	}
@@ -982,6 +967,21 @@ func TestRetryAfterDLQWasMadeAnewLeavesTheNewDeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{})
+	d := deadLetterOfAnEarlierDLQ(t, obj)
+	if r, err := RetryDeadLetter(ctx, obj, d); err != nil || r == nil {
+		t.Errorf("retry of old-1's dead letter: %+v, %v; want it re-enqueued", r, err)
+	}
+	if _, err := DeadLetterOf(ctx, obj, "new-1"); err != nil {
+		t.Errorf("new-1's dead letter: %v; want it left in DLQ", err)
+	}
+}
+
+// deadLetterOfAnEarlierDLQ stores job old-1's dead letter at DLQ seq 1 and
+// returns it, as looked up, then deletes DLQ and makes it anew, where job
+// new-1's dead letter takes seq 1.
+func deadLetterOfAnEarlierDLQ(t *testing.T, obj *Objects) DeadLetter {
+	t.Helper()
+	ctx := context.Background()
 	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "old-1", Subject: "job.x", Seq: 1}, nil, "boom"); err != nil {
 		t.Fatal(err)
 	}
@@ -998,10 +998,5 @@ func TestRetryAfterDLQWasMadeAnewLeavesTheNewDeadLetter(t *testing.T) {
 	if err := deadLetter(ctx, obj.JS, &data.Job{ID: "new-1", Subject: "job.x", Seq: 2}, nil, "boom"); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := RetryDeadLetter(ctx, obj, d); err != nil || r == nil {
-		t.Errorf("retry of old-1's dead letter: %+v, %v; want it re-enqueued", r, err)
-	}
-	if _, err := DeadLetterOf(ctx, obj, "new-1"); err != nil {
-		t.Errorf("new-1's dead letter: %v; want it left in DLQ", err)
-	}
+	return d
 }
