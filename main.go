@@ -2163,15 +2163,15 @@ func dlqRemove(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return badUsage("dlq rm takes one DLQ sequence or job ID (see jobq dlq list); jobq dlq purge deletes them all")
 	}
+	ref := c.Args().First()
+	if ref == "" {
+		return badUsage("dlq rm: the argument is empty (is a shell variable unset?); pass a DLQ sequence or job ID (see jobq dlq list)")
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	ref := c.Args().First()
-	if ref == "" {
-		return badUsage("dlq rm: the argument is empty (is a shell variable unset?); pass a DLQ sequence or job ID (see jobq dlq list)")
-	}
 	var removed []queue.DeadLetter
 	// A number is a DLQ sequence alone: a dead letter gone from there
 	// (removed by an earlier dlq rm) is not to be taken for the job of

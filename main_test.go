@@ -1201,6 +1201,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "dlq retry without target", args: []string{"dlq", "retry", "--server", nowhere}, want: []string{"--all"}},
 		{name: "dlq rm without target", args: []string{"dlq", "rm", "--server", nowhere}, want: []string{"one DLQ sequence or job ID", "dlq purge"}},
 		{name: "dlq rm with two targets", args: []string{"dlq", "rm", "1", "2", "--server", nowhere}, want: []string{"one DLQ sequence or job ID"}},
+		{name: "dlq rm of an empty argument", args: []string{"dlq", "rm", "", "--server", nowhere}, want: []string{"empty"}},
 		{name: "dlq list with a negative limit", args: []string{"dlq", "list", "--limit", "-1", "--server", nowhere}, want: []string{"--limit -1"}},
 		{name: "job with an empty ID", args: []string{"job", "", "--server", nowhere}, want: []string{"job ID is empty"}},
 		{name: "next with a negative wait", args: []string{"next", "--wait", "-1s", "--server", nowhere}, want: []string{"--wait -1s"}},

@@ -657,7 +657,7 @@ func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
 		m, err := dead.GetMsg(ctx, d.Seq)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Errorf("%w: DLQ seq %d was removed meanwhile, by another client (see jobq dlq list)", ErrNoDeadLetter, d.Seq)
+			return removedMeanwhile(d.Seq)
 		case err != nil:
 			return fmt.Errorf("read %s: %w", StreamDLQ, err)
 		case !m.Time.Equal(d.at):
@@ -672,15 +672,21 @@ func RemoveDeadLetter(ctx context.Context, obj *Objects, d DeadLetter) error {
 		if !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
 			return nil // the server took the delete, and its answer was lost
 		}
-		return fmt.Errorf("%w: DLQ seq %d was removed meanwhile, by another client (see jobq dlq list)", ErrNoDeadLetter, d.Seq)
+		return removedMeanwhile(d.Seq)
 	}
 	return fmt.Errorf("remove dead letter %d: %w", d.Seq, err)
 }
 
+// removedMeanwhile is the error for a dead letter at seq that another
+// client removed (or re-drove) since it was looked up.
+func removedMeanwhile(seq uint64) error {
+	return fmt.Errorf("%w: DLQ seq %d was removed meanwhile, by another client (see jobq dlq list)", ErrNoDeadLetter, seq)
+}
+
 // RemoveDeadLettersOf deletes every dead letter of job id stored when it
 // begins, as RemoveDeadLetter does, and returns those it deleted, read
-// without their payloads. One that another client removed meanwhile is left out;
-// none at all is ErrNoDeadLetter.
+// without their payloads. One that another client removed meanwhile is
+// left out; none at all is ErrNoDeadLetter.
 func RemoveDeadLettersOf(ctx context.Context, obj *Objects, id string) ([]DeadLetter, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: the job ID is empty", ErrNoDeadLetter)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -251,24 +250,6 @@ func TestTLSRoundTrip(t *testing.T) {
 	}
 }
 
-// syncBuf is a log sink the server's goroutines write to.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // With --nkey the user sets no password, so the server's advice to use
 // nkeys or bcrypt instead of plain-text passwords, which jobq's internal
 // user drew at every start, is not given.
@@ -276,7 +257,7 @@ func TestNKeyStartGivesNoPlaintextPasswordWarning(t *testing.T) {
 	t.Parallel()
 	kp, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
-	var out syncBuf
+	var out servertest.LogBuffer
 	srv := servertest.StartConfig(t, server.Config{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", NKey: pub, Logger: zerolog.New(&out).Level(zerolog.WarnLevel)})
 	servertest.Connect(t, srv).Flush() // jobq's own connection still works
 	if strings.Contains(out.String(), "Plaintext passwords") {
