@@ -173,6 +173,7 @@ func (p *Pool) admit(m *nats.Msg) {
 	}
 	it.job, it.size = &it.jobv, int64(len(it.jobv.Payload))
 	p.bytes.Add(it.size)
+	p.acks.add(it)
 	p.beats.add(it) // InProgress while it waits, so it is not redelivered
 	if p.cfg.NoLedger {
 		p.work <- it

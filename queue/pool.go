@@ -113,6 +113,7 @@ type Pool struct {
 	stopErr     error         // its outcome, set before stopped closes
 	cut         chan struct{} // closed when a Stop's ctx ended first
 	cutOnce     sync.Once
+	acks        ackOrder // the acks of fetched jobs, in order
 }
 
 // handlerCtx is a context for handlers and its cancel func.
@@ -163,6 +164,10 @@ type inflight struct {
 	// sent, or, without the ledger, its ack (for jobq next, which reports
 	// it).
 	sendErr error
+	// ack is its place in the pool's ackOrder, ackAt when its ack began to
+	// wait there (guarded by the ackOrder's lock).
+	ack   uint8
+	ackAt time.Time
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
@@ -245,6 +250,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	if info := obj.Worker.CachedInfo(); info != nil {
 		p.keepPullLimits(info.Config)
 	}
+	p.acks = ackOrder{send: p.sendAck, hold: ackHold}
 	p.ledger.SetJobStreamCreated(jobStreamCreated(obj.JS))
 	p.stream = newJobStream(obj, false)
 	p.lease.max = leaseBytes(obj.JS.Conn().MaxPayload())
@@ -438,6 +444,9 @@ func (p *Pool) shutdown() {
 		case <-p.finished:
 		case <-time.After(time.Until(limit)):
 			p.stopErr = errors.New("handlers ignored cancellation; their jobs will be redelivered after the ack wait")
+			// The acks that wait for theirs go out now, before the
+			// caller closes the connection.
+			p.acks.close()
 		}
 	}
 	p.workCancel()
@@ -548,6 +557,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 // lease, then its token. it is nil for a message that was never admitted.
 func (p *Pool) release(it *inflight) {
 	if it != nil {
+		p.acks.drop(it)
 		p.leaveLease(it)
 		if it.roomBack {
 			return
@@ -774,13 +784,7 @@ func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 	case herr == nil && p.cfg.NoLedger:
 		p.cfg.Metrics.jobCompleted(it.job.Subject)
 		p.observe(it.job, data.StateDone, it.took, nil)
-		if err := it.msg.Ack(); err != nil {
-			if unsent(err, p.jobLog(it.job)) {
-				it.sendErr = err // for jobq next, which reports it
-			} else {
-				p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
-			}
-		}
+		p.acks.ack(it)
 		return false
 	case herr == nil:
 		w, err := p.ledger.DoneAsync(&it.claim, it.took)
@@ -866,6 +870,7 @@ func (p *Pool) releaseUnstarted(it *inflight) {
 // keepRecording). ctx ends once the pool's jobs are cut off at shutdown;
 // the writes do not end with it: each write's future times out by itself.
 func (p *Pool) ackAll(ctx context.Context) {
+	defer p.acks.close() // once every job is through
 	defer p.recording.Wait()
 	waitCtx := context.WithoutCancel(ctx)
 	for it := range p.dones {
@@ -892,7 +897,19 @@ func (p *Pool) completed(it *inflight, err error) {
 	}
 	p.cfg.Metrics.jobCompleted(it.job.Subject)
 	p.observe(it.job, data.StateDone, it.took, nil)
-	if err := it.msg.Ack(); err != nil && !unsent(err, p.jobLog(it.job)) {
+	p.acks.ack(it)
+}
+
+// sendAck acks a job whose handler succeeded, and whose completion is
+// stored if the pool has a ledger (see ackOrder).
+func (p *Pool) sendAck(it *inflight) {
+	switch err := it.msg.Ack(); {
+	case err == nil:
+	case unsent(err, p.jobLog(it.job)):
+		it.sendErr = err // for jobq next, which reports it
+	case p.cfg.NoLedger:
+		p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will run again")
+	default:
 		// A lost ack is harmless: the redelivery finds the job done.
 		p.jobLog(it.job).Warn().Err(err).Msg("ack job: it will be redelivered and skipped")
 	}
