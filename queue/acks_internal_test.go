@@ -20,15 +20,15 @@ type ackLog struct {
 	sent  chan struct{} // one per ack
 }
 
-func newAckOrder(t *testing.T, hold time.Duration) (*ackOrder, *ackLog) {
+func loggedAckOrder(t *testing.T, hold time.Duration) (*ackOrder, *ackLog) {
 	t.Helper()
 	l := &ackLog{sent: make(chan struct{}, 1000)}
-	a := &ackOrder{hold: hold, send: func(it *inflight) {
+	a := newAckOrder(func(it *inflight) {
 		l.mu.Lock()
 		l.acked = append(l.acked, it)
 		l.mu.Unlock()
 		l.sent <- struct{}{}
-	}}
+	}, hold)
 	t.Cleanup(a.close)
 	return a, l
 }
@@ -49,7 +49,7 @@ func fetchedJobs(a *ackOrder, n int) []*inflight {
 }
 
 func TestAcksGoInTheOrderTheJobsWereFetched(t *testing.T) {
-	a, l := newAckOrder(t, time.Hour)
+	a, l := loggedAckOrder(t, time.Hour)
 	its := fetchedJobs(a, 5)
 	// Done 2, 4, 1, 3 (5 let go of without an ack), then 0.
 	a.ack(its[2])
@@ -71,7 +71,7 @@ func TestAcksGoInTheOrderTheJobsWereFetched(t *testing.T) {
 }
 
 func TestJobsDroppedAtTheFrontLetTheAcksBehindThemGo(t *testing.T) {
-	a, l := newAckOrder(t, time.Hour)
+	a, l := loggedAckOrder(t, time.Hour)
 	its := fetchedJobs(a, 3)
 	a.ack(its[2])
 	a.drop(its[0])
@@ -87,7 +87,7 @@ func TestJobsDroppedAtTheFrontLetTheAcksBehindThemGo(t *testing.T) {
 // A job that stays long in the pool holds the acks after it back for the
 // hold at most; it then loses its place, and its own ack goes out at once.
 func TestAnAckWaitsForAnEarlierJobAtMostTheHold(t *testing.T) {
-	a, l := newAckOrder(t, 20*time.Millisecond)
+	a, l := loggedAckOrder(t, 20*time.Millisecond)
 	its := fetchedJobs(a, 4)
 	a.ack(its[1])
 	a.ack(its[2])
@@ -115,7 +115,7 @@ func TestAnAckWaitsForAnEarlierJobAtMostTheHold(t *testing.T) {
 }
 
 func TestCloseSendsTheHeldAcks(t *testing.T) {
-	a, l := newAckOrder(t, time.Hour)
+	a, l := loggedAckOrder(t, time.Hour)
 	its := fetchedJobs(a, 3)
 	a.ack(its[2])
 	a.ack(its[1])
@@ -134,8 +134,69 @@ func TestCloseSendsTheHeldAcks(t *testing.T) {
 	}
 }
 
+// An ack whose send waits (as for a look-up of JOB) holds up no fetch,
+// and no worker whose ack is due after it: the goroutine sending sends
+// those too, in order. Close waits for it.
+func TestAnAckThatWaitsHoldsUpNoFetch(t *testing.T) {
+	gate := make(chan struct{})
+	its := []*inflight{new(inflight), new(inflight), new(inflight)}
+	var mu sync.Mutex
+	var acked []int
+	a := newAckOrder(func(it *inflight) {
+		if it == its[0] {
+			<-gate
+		}
+		mu.Lock()
+		acked = append(acked, slices.Index(its, it))
+		mu.Unlock()
+	}, time.Hour)
+	a.add(its[0])
+	a.add(its[1])
+	sending := make(chan struct{})
+	go func() {
+		defer close(sending)
+		a.ack(its[0]) // sends, and waits at the gate
+	}()
+	returned := func(f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f()
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("held up by the ack waiting to be sent")
+		}
+	}
+	// Both wait for job 0's ack to be sent, not for the lock over it.
+	returned(func() { a.add(its[2]) })
+	returned(func() { a.ack(its[1]) })
+	returned(func() { a.drop(its[2]) })
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		a.close()
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-closed:
+		t.Fatal("close returned while an ack was still being sent")
+	default:
+	}
+	close(gate)
+	<-closed
+	<-sending
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(acked, []int{0, 1}) {
+		t.Fatalf("acked %v, want [0 1]", acked)
+	}
+}
+
 func TestTheOrderGrowsAndWrapsAround(t *testing.T) {
-	a, l := newAckOrder(t, time.Hour)
+	a, l := loggedAckOrder(t, time.Hour)
 	var want []*inflight
 	// Rounds of 50 fetched, acked last to first, so that the ring wraps
 	// around and grows past its first size with jobs in it.

@@ -113,7 +113,7 @@ type Pool struct {
 	stopErr     error         // its outcome, set before stopped closes
 	cut         chan struct{} // closed when a Stop's ctx ended first
 	cutOnce     sync.Once
-	acks        ackOrder // the acks of fetched jobs, in order
+	acks        *ackOrder // the acks of fetched jobs, in order
 }
 
 // handlerCtx is a context for handlers and its cancel func.
@@ -250,7 +250,7 @@ func NewPool(obj *Objects, h handlers.Handler, log zerolog.Logger) *Pool {
 	if info := obj.Worker.CachedInfo(); info != nil {
 		p.keepPullLimits(info.Config)
 	}
-	p.acks = ackOrder{send: p.sendAck, hold: ackHold}
+	p.acks = newAckOrder(p.sendAck, ackHold)
 	p.ledger.SetJobStreamCreated(jobStreamCreated(obj.JS))
 	p.stream = newJobStream(obj, false)
 	p.lease.max = leaseBytes(obj.JS.Conn().MaxPayload())
