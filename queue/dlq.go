@@ -706,7 +706,7 @@ func RemoveDeadLettersOf(ctx context.Context, obj *Objects, id string) ([]DeadLe
 		switch err := RemoveDeadLetter(ctx, obj, d); {
 		case errors.Is(err, ErrNoDeadLetter):
 		case err != nil:
-			return removed, err
+			return removed, fmt.Errorf("%w; %d of job %s's %d dead letters were removed before it, the others are still in %s (see jobq dlq list)", err, len(removed), id, len(found), StreamDLQ)
 		default:
 			removed = append(removed, d)
 		}

@@ -870,6 +870,45 @@ func TestRemoveWhoseAnswerWasLostIsDone(t *testing.T) {
 	}
 }
 
+// A removal by job ID that fails part way says how many it removed, and
+// that the rest are still there.
+func TestRemoveDeadLettersOfThatFailsPartWaySaysHowFarItGot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{})
+	for seq := range uint64(3) {
+		job := &data.Job{ID: "thrice", Subject: "job.x", Seq: seq + 1, Payload: []byte("x")}
+		if err := deadLetter(ctx, obj.JS, job, nil, "boom"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obj.Dead = refusedDelete{Stream: obj.Dead, seq: 2}
+	removed, err := RemoveDeadLettersOf(ctx, obj, "thrice")
+	if len(removed) != 1 || removed[0].Seq != 1 {
+		t.Errorf("removed %+v; want the dead letter at seq 1", removed)
+	}
+	if err == nil || !strings.Contains(err.Error(), "remove dead letter 2") ||
+		!strings.Contains(err.Error(), "1 of job thrice's 3 dead letters were removed before it, the others are still in DLQ") {
+		t.Errorf("error: %v; want the refusal, and how far the removal got", err)
+	}
+	if n, err := DeadLetterCount(ctx, obj); err != nil || n != 2 {
+		t.Errorf("dead letters left: %d, %v; want 2", n, err)
+	}
+}
+
+// refusedDelete is a stream that refuses to delete its message at seq.
+type refusedDelete struct {
+	jetstream.Stream
+	seq uint64
+}
+
+func (s refusedDelete) DeleteMsg(ctx context.Context, seq uint64) error {
+	if seq == s.seq {
+		return errors.New("delete refused")
+	}
+	return s.Stream.DeleteMsg(ctx, seq)
+}
+
 // lostDeleteAnswer is a stream whose message deletes go through and whose
 // answers are lost.
 type lostDeleteAnswer struct{ jetstream.Stream }
