@@ -21,23 +21,30 @@ const ackHold = 10 * time.Millisecond
 // 8,953 ns and 15,106 CPU ns per job in order, against 9,849 and 17,265
 // out of order (medians of eight interleaved pairs of 20,000 jobs).
 //
-// A job's ack waits while an earlier job is still in the pool, as one
-// whose handler runs long, but at most hold: then the earlier jobs still in
-// the pool lose their place, and are acked when they are done, out of
-// order. So no ack is held long enough to matter to a redelivery, whose
-// wait is the ack wait. Jobs the pool lets go of without an ack (released,
-// dead-lettered, acked another way) give up their place.
+// A job that is done (acked, or let go of without an ack: handed back,
+// failed, or acked on its own, as when dead-lettered) waits while a job
+// fetched before it is still in the pool, as one whose handler runs long,
+// but at most hold: then every job before it loses its place, to be acked
+// out of order when it is done. So no ack is held long enough to matter to
+// a redelivery, whose wait is the ack wait, and the jobs the pool let go
+// of are not kept behind one that stays.
 //
-// The acks go out of the lock, one goroutine at a time sending those due
-// in order (see sendOut): an ack may wait for a look-up of JOB (see
-// jobStream.earlier), which must not hold up the pull that admits jobs.
+// The acks go out of the lock, one goroutine at a time sending those due,
+// in order (see sendOut): a send takes the connection's lock, and waits
+// when its buffer is full, which need not hold up the pull that admits
+// jobs.
 type ackOrder struct {
 	send func(*inflight) // sends the job's ack
 	hold time.Duration   // ackHold
+	now  func() time.Time
 
-	mu      sync.Mutex
-	queue   ring        // the jobs in fetch order
-	held    int         // jobs in queue whose ack waits
+	mu    sync.Mutex
+	queue ring   // the jobs in fetch order
+	next  uint64 // the place of the next job added
+	// waiting holds the done jobs that wait in queue, in the order they
+	// were done, so oldest first; and jobs that no longer wait, which
+	// flush and expire take off its front.
+	waiting ring
 	out     []*inflight // acks due, in order, for the sender
 	spare   []*inflight // out's other buffer
 	sending bool        // a goroutine sends out
@@ -48,7 +55,7 @@ type ackOrder struct {
 }
 
 func newAckOrder(send func(*inflight), hold time.Duration) *ackOrder {
-	a := &ackOrder{send: send, hold: hold}
+	a := &ackOrder{send: send, hold: hold, now: time.Now}
 	a.idle = sync.NewCond(&a.mu)
 	return a
 }
@@ -68,7 +75,8 @@ func (a *ackOrder) add(it *inflight) {
 	if a.closed {
 		return
 	}
-	it.ack = ackQueued
+	it.ack, it.ackPlace = ackQueued, a.next
+	a.next++
 	a.queue.push(it)
 }
 
@@ -81,12 +89,7 @@ func (a *ackOrder) ack(it *inflight) {
 		a.send(it)
 		return
 	}
-	it.ack = ackWanted
-	a.held++
-	if a.queue.front() != it {
-		it.ackAt = time.Now()
-	}
-	a.flush()
+	a.done(it, ackWanted)
 	a.sendOut()
 }
 
@@ -98,13 +101,24 @@ func (a *ackOrder) drop(it *inflight) {
 		a.mu.Unlock()
 		return
 	}
-	it.ack = ackDropped
-	a.flush()
+	a.done(it, ackDropped)
 	a.sendOut()
 }
 
+// done marks a job in the order done, as state, and moves on the front of
+// the order. a.mu is held.
+func (a *ackOrder) done(it *inflight, state uint8) {
+	it.ack = state
+	if a.queue.front() != it {
+		it.ackAt = a.now()
+		a.waiting.push(it)
+	}
+	a.flush()
+}
+
 // flush moves the acks at the front of the order, up to the first job not
-// done, to out, and arms the timer if acks wait behind it. a.mu is held.
+// done, to out, and arms the timer if done jobs wait behind it. a.mu is
+// held.
 func (a *ackOrder) flush() {
 	for a.queue.len() > 0 {
 		it := a.queue.front()
@@ -113,18 +127,25 @@ func (a *ackOrder) flush() {
 		}
 		a.queue.pop()
 		if it.ack == ackWanted {
-			a.held--
 			a.out = append(a.out, it)
 		}
 		it.ack = ackDirect
 	}
-	if a.held > 0 && !a.armed && !a.closed {
+	a.trimWaiting()
+	if a.waiting.len() > 0 && !a.armed && !a.closed {
 		a.armed = true
 		if a.timer == nil {
 			a.timer = time.AfterFunc(a.hold, a.expire)
 		} else {
 			a.timer.Reset(a.hold)
 		}
+	}
+}
+
+// trimWaiting takes the jobs that no longer wait off the front of waiting.
+func (a *ackOrder) trimWaiting() {
+	for a.waiting.len() > 0 && a.waiting.front().ack == ackDirect {
+		a.waiting.pop()
 	}
 }
 
@@ -152,8 +173,8 @@ func (a *ackOrder) sendOut() {
 	a.mu.Unlock()
 }
 
-// expire lets the acks that waited hold go: the jobs before them lose
-// their place.
+// expire lets go the done jobs that waited hold: every job before them
+// loses its place.
 func (a *ackOrder) expire() {
 	a.mu.Lock()
 	a.armed = false
@@ -161,32 +182,31 @@ func (a *ackOrder) expire() {
 		a.mu.Unlock()
 		return
 	}
-	now := time.Now()
-	for a.held > 0 {
-		// The first ack waiting has waited the longest, near enough:
-		// jobs finish about in the order they were fetched.
-		first := a.firstWanted()
-		if wait := a.hold - now.Sub(first.ackAt); wait > 0 {
-			a.armed = true
-			a.timer.Reset(wait)
+	now := a.now()
+	var last uint64 // the place of the last job let go
+	found := false
+	for a.waiting.len() > 0 {
+		it := a.waiting.front()
+		if it.ack != ackDirect && now.Sub(it.ackAt) < a.hold {
 			break
 		}
-		for a.queue.front() != first {
-			a.queue.pop().ack = ackDirect
+		a.waiting.pop()
+		if it.ack != ackDirect {
+			last, found = max(last, it.ackPlace), true
 		}
-		a.flush()
+	}
+	for found && a.queue.len() > 0 && a.queue.front().ackPlace <= last {
+		it := a.queue.pop()
+		if it.ack == ackWanted {
+			a.out = append(a.out, it)
+		}
+		it.ack = ackDirect
+	}
+	a.flush()
+	if a.armed { // by flush, for a hold from now: the first left waits less
+		a.timer.Reset(a.hold - now.Sub(a.waiting.front().ackAt))
 	}
 	a.sendOut()
-}
-
-// firstWanted is the first job in the order whose ack waits; held > 0.
-func (a *ackOrder) firstWanted() *inflight {
-	for i := range a.queue.len() {
-		if it := a.queue.at(i); it.ack == ackWanted {
-			return it
-		}
-	}
-	panic("ackOrder: held acks not in the order")
 }
 
 // close sends every ack that waits, and from then on each at once: the
@@ -205,7 +225,7 @@ func (a *ackOrder) close() {
 			}
 			it.ack = ackDirect
 		}
-		a.held = 0
+		a.waiting = ring{}
 	}
 	for a.sending {
 		a.idle.Wait()

@@ -33,6 +33,19 @@ func loggedAckOrder(t *testing.T, hold time.Duration) (*ackOrder, *ackLog) {
 	return a, l
 }
 
+// heldAcks counts the acks a holds.
+func (a *ackOrder) heldAcks() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for i := range a.queue.len() {
+		if a.queue.at(i).ack == ackWanted {
+			n++
+		}
+	}
+	return n
+}
+
 func (l *ackLog) got() []*inflight {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -65,8 +78,8 @@ func TestAcksGoInTheOrderTheJobsWereFetched(t *testing.T) {
 	if got := l.got(); !slices.Equal(got, want) {
 		t.Fatalf("acked %v, want %v", indexes(its, got), indexes(its, want))
 	}
-	if a.queue.len() != 0 || a.held != 0 {
-		t.Fatalf("%d jobs left in the order, %d acks held", a.queue.len(), a.held)
+	if a.queue.len() != 0 || a.heldAcks() != 0 {
+		t.Fatalf("%d jobs left in the order, %d acks held", a.queue.len(), a.heldAcks())
 	}
 }
 
@@ -109,8 +122,64 @@ func TestAnAckWaitsForAnEarlierJobAtMostTheHold(t *testing.T) {
 		t.Fatalf("acked %v, want [1 2 3 0]", indexes(its, got))
 	}
 	a.drop(its[0]) // released after its ack: nothing more
-	if a.queue.len() != 0 || a.held != 0 || len(l.got()) != 4 {
-		t.Fatalf("%d jobs left in the order, %d acks held, %d sent", a.queue.len(), a.held, len(l.got()))
+	if a.queue.len() != 0 || a.heldAcks() != 0 || len(l.got()) != 4 {
+		t.Fatalf("%d jobs left in the order, %d acks held, %d sent", a.queue.len(), a.heldAcks(), len(l.got()))
+	}
+}
+
+// Every done job waits at most the hold, counted from when it was done:
+// one done earlier is not held on while jobs before it finish one after
+// the other, each within the hold of the last look.
+func TestEveryAckWaitsAtMostTheHold(t *testing.T) {
+	a, l := loggedAckOrder(t, time.Hour) // the timer is the test's
+	var clock time.Time
+	a.now = func() time.Time { return clock }
+	its := fetchedJobs(a, 5) // job 0 runs long
+	a.ack(its[4])
+	clock = clock.Add(36 * time.Minute)
+	a.ack(its[3])
+	clock = clock.Add(24 * time.Minute) // job 4 waited the hold, job 3 less
+	a.expire()
+	if got := l.got(); !slices.Equal(got, []*inflight{its[3], its[4]}) {
+		t.Fatalf("acked %v once job 4 waited the hold, want [3 4]", indexes(its, got))
+	}
+	// Jobs 0 to 2 lost their place: their acks go out when they are done.
+	a.ack(its[2])
+	a.ack(its[1])
+	a.ack(its[0])
+	if got := l.got(); !slices.Equal(got, []*inflight{its[3], its[4], its[2], its[1], its[0]}) {
+		t.Fatalf("acked %v, want [3 4 2 1 0]", indexes(its, got))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.queue.len() != 0 || a.waiting.len() != 0 {
+		t.Fatalf("%d jobs left in the order, %d waiting", a.queue.len(), a.waiting.len())
+	}
+}
+
+// Jobs let go of without an ack behind one that stays in the pool are let
+// go of after the hold too, not kept (with their payloads) as long as it.
+func TestJobsDroppedBehindALongJobAreNotKept(t *testing.T) {
+	a, _ := loggedAckOrder(t, 20*time.Millisecond)
+	long := new(inflight)
+	a.add(long)
+	for range 1000 {
+		it := new(inflight)
+		a.add(it)
+		a.drop(it)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.mu.Lock()
+		n, w := a.queue.len(), a.waiting.len()
+		a.mu.Unlock()
+		if n == 0 && w == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs kept in the order behind one still in the pool, %d waiting", n, w)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -332,9 +401,7 @@ func TestStopSendsTheAcksItHeld(t *testing.T) {
 			// Their acks wait for the slow job.
 			deadline := time.Now().Add(10 * time.Second)
 			for {
-				pool.acks.mu.Lock()
-				held := pool.acks.held
-				pool.acks.mu.Unlock()
+				held := pool.acks.heldAcks()
 				if held == 20 {
 					break
 				}

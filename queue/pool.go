@@ -164,10 +164,12 @@ type inflight struct {
 	// sent, or, without the ledger, its ack (for jobq next, which reports
 	// it).
 	sendErr error
-	// ack is its place in the pool's ackOrder, ackAt when its ack began to
-	// wait there (guarded by the ackOrder's lock).
-	ack   uint8
-	ackAt time.Time
+	// ack is its state in the pool's ackOrder, ackPlace its place there,
+	// ackAt when it began to wait there, done (guarded by the ackOrder's
+	// lock).
+	ack      uint8
+	ackPlace uint64
+	ackAt    time.Time
 
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
