@@ -114,6 +114,13 @@ func TestAnAckWaitsForAnEarlierJobAtMostTheHold(t *testing.T) {
 	if got := l.got(); !slices.Equal(got, its[1:3]) {
 		t.Fatalf("acked %v, want [1 2]", indexes(its, got))
 	}
+	// The timer's goroutine is through sending: an ack due while it sends
+	// is its to send, after ack returned.
+	a.mu.Lock()
+	for a.sending {
+		a.idle.Wait()
+	}
+	a.mu.Unlock()
 	// Job 0 lost its place: its ack goes out when it is done, and job 3's
 	// waits for no one.
 	a.ack(its[3])
