@@ -214,12 +214,13 @@ func TestCloseSendsTheHeldAcks(t *testing.T) {
 // and no worker whose ack is due after it: the goroutine sending sends
 // those too, in order. Close waits for it.
 func TestAnAckThatWaitsHoldsUpNoFetch(t *testing.T) {
-	gate := make(chan struct{})
+	gate, atGate := make(chan struct{}), make(chan struct{})
 	its := []*inflight{new(inflight), new(inflight), new(inflight)}
 	var mu sync.Mutex
 	var acked []int
 	a := newAckOrder(func(it *inflight) {
 		if it == its[0] {
+			close(atGate)
 			<-gate
 		}
 		mu.Lock()
@@ -233,6 +234,7 @@ func TestAnAckThatWaitsHoldsUpNoFetch(t *testing.T) {
 		defer close(sending)
 		a.ack(its[0]) // sends, and waits at the gate
 	}()
+	<-atGate
 	returned := func(f func()) {
 		t.Helper()
 		done := make(chan struct{})
