@@ -47,12 +47,13 @@ type jobStream struct {
 	told atomic.Uint64
 	// eager: look JOB up again before each check, for a single job (jobq
 	// next), rather than keep watching it.
-	eager bool
+	eager       bool
+	afterLookUp func() // Objects.afterJOBLookUp
 }
 
 // newJobStream tracks the JOB of obj, as looked up last (obj.Jobs).
 func newJobStream(obj *Objects, eager bool) *jobStream {
-	s := &jobStream{js: obj.JS, eager: eager}
+	s := &jobStream{js: obj.JS, eager: eager, afterLookUp: obj.afterJOBLookUp}
 	if info := obj.Jobs.CachedInfo(); info != nil {
 		s.created.Store(info.Created.UnixNano())
 	}
@@ -114,8 +115,16 @@ func (s *jobStream) earlier(of int64, stored time.Time) bool {
 	// The connection is looked at again after the look-ups: one lost
 	// while they were answered would hold the ack in nats.go's reconnect
 	// buffer, to go out once it is back, when JOB may be made anew.
-	if s.eager && (!s.lookUpTries(3, opTimeout/3) || !s.js.Conn().IsConnected()) {
-		return true
+	if s.eager {
+		if !s.lookUpTries(3, opTimeout/3) {
+			return true
+		}
+		if s.afterLookUp != nil {
+			s.afterLookUp()
+		}
+		if !s.js.Conn().IsConnected() {
+			return true
+		}
 	}
 	now := s.created.Load()
 	return now != of && stored.UnixNano() < now

@@ -28,6 +28,10 @@ type Objects struct {
 	Dead   jetstream.Stream
 	Ledger jetstream.KeyValue
 	Config Config
+
+	// afterJOBLookUp, in tests, runs in an eager jobStream's check after
+	// its look-ups of JOB (see jobStream.earlier).
+	afterJOBLookUp func()
 }
 
 // Provision creates JOB, WORKER, DLQ and processed, or brings existing ones in

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,14 +71,17 @@ func poolOnCutConnection(t *testing.T, cfg queue.Config) (b, bp *testBundle, px 
 
 // nextOnItsOwn opens JOB's objects over js, as jobq next does, and runs
 // it on job a1, stored at sequence 1, with a held handler.
-func nextOnItsOwn(t *testing.T, b *testBundle, js jetstream.JetStream) (*heldRun, <-chan error) {
+func nextOnItsOwn(t *testing.T, b *testBundle, js jetstream.JetStream, afterLookUp func()) (*heldRun, <-chan error) {
 	t.Helper()
 	obj, err := queue.Open(context.Background(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	obj.Config.NoLedger = b.cfg.NoLedger // jobq next --no-ledger
-	b.enqueue(t, "job.a", "a1", "x")     // seq 1
+	if afterLookUp != nil {
+		queue.AfterJOBLookUp(obj, afterLookUp)
+	}
+	b.enqueue(t, "job.a", "a1", "x") // seq 1
 	return nextHeld(t, obj)
 }
 
@@ -115,7 +119,7 @@ func TestNextsEarlierJOBsAckIsNotBufferedWhileDisconnected(t *testing.T) {
 	srv := servertest.StartListening(t)
 	b := setupOn(t, srv, cfg)
 	px, pnc, pjs := cutConnection(t, srv)
-	h, done := nextOnItsOwn(t, b, pjs)
+	h, done := nextOnItsOwn(t, b, pjs, nil)
 	px.Cut()
 	waitStatus(t, pnc, nats.RECONNECTING)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
@@ -151,7 +155,25 @@ func TestNextsAckIsNotBufferedWhenTheConnectionDropsAfterItsLookUp(t *testing.T)
 				}
 			})
 			pnc, pjs := connectThrough(t, px)
-			h, done := nextOnItsOwn(t, b, pjs)
+			noticed := make(chan struct{}) // the client learned of the cut
+			var once sync.Once
+			pnc.SetDisconnectErrHandler(func(*nats.Conn, error) { once.Do(func() { close(noticed) }) })
+			// The proxy cuts once the answer went through, so the
+			// client may read it first: it waits for the cut, and to
+			// learn of it, before it looks at its connection again,
+			// which is what is tested. (Should the client learn of a
+			// cut only after that look, the ack goes out into it; see
+			// the README's list of what is left.)
+			h, done := nextOnItsOwn(t, b, pjs, func() {
+				for _, c := range []<-chan struct{}{infoCut, noticed} {
+					select {
+					case <-c:
+					case <-time.After(20 * time.Second):
+						t.Error("no cut after JOB's look-up, or the client did not learn of it")
+						return
+					}
+				}
+			})
 			armed.Store(true)
 			close(h.release)
 			select {
@@ -238,7 +260,7 @@ func TestNextDoesNotAckWhenItCannotLookUpJOB(t *testing.T) {
 		return !blackhole.Load() || !bytes.Contains(chunk, []byte("$JS.API.STREAM.INFO.JOB"))
 	}, nil)
 	_, js := connectThrough(t, px)
-	h, done := nextOnItsOwn(t, b, js)
+	h, done := nextOnItsOwn(t, b, js, nil)
 	b2 := remakeWithB1HeldElsewhere(t, b, cfg)
 	blackhole.Store(true) // JOB's look-ups go unanswered from here
 	close(h.release)
