@@ -40,6 +40,13 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 	// errEarlierJOB).
 	stream := newJobStream(obj, true)
 	deadline := time.Now().Add(wait)
+	// WORKER's limit on one pull's wait, if it has one (as the pool's
+	// pulls keep to it, see keepPullLimits): a longer wait is made of
+	// several pulls, rather than one that the server refuses.
+	var limit time.Duration
+	if info := obj.Worker.CachedInfo(); info != nil {
+		limit = info.Config.MaxRequestExpires
+	}
 	for first := true; !ran; first = false {
 		left := time.Until(deadline)
 		if left <= 0 && !first {
@@ -47,9 +54,16 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 		}
 		// A job that is waiting comes at once; a pull needs a wait of its
 		// own, so one with no wait (--wait 0) takes it too.
-		msg, err := fetchOne(ctx, obj, stream, max(left, minPullWait))
-		if err != nil || msg == nil {
+		pullWait := max(left, minPullWait)
+		if limit > 0 {
+			pullWait = min(pullWait, limit)
+		}
+		msg, err := fetchOne(ctx, obj, stream, pullWait)
+		if err != nil {
 			return false, err
+		}
+		if msg == nil {
+			continue // the deadline tells whether to pull again
 		}
 		if err := p.processOne(ctx, msg); err != nil {
 			return false, err

@@ -1541,6 +1541,35 @@ func TestPoolKeepsToWorkersPullLimits(t *testing.T) {
 	}
 }
 
+// WORKER limits one pull's wait (MaxRequestExpires, set outside jobq and
+// kept by Provision). The pool keeps to it; Next (jobq next) must too: a
+// wait longer than the limit is made of several pulls, not one refused.
+func TestNextKeepsToWorkersPullExpiresLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	b.editWorker(t, func(c *jetstream.ConsumerConfig) { c.MaxRequestExpires = 200 * time.Millisecond })
+	b = setupOn(t, b.srv, queue.Config{}) // reads it, as jobq next does
+	// A job that comes while Next waits, after its first pull's wait.
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		_, _ = b.prod.Enqueue(context.Background(), "job.n", []byte("x"), queue.EnqueueOptions{ID: "late"})
+	}()
+	var got *data.Job
+	found, err := queue.Next(context.Background(), b.obj, handlers.HandlerFunc(func(_ context.Context, j *data.Job) error { got = j; return nil }), 3*time.Second, servertest.Logger(t))
+	if err != nil || !found || got == nil || got.ID != "late" {
+		t.Fatalf("next with WORKER's MaxRequestExpires 200ms and a 3s wait: got %v, %v; want job late", found, err)
+	}
+	// And with nothing to take, it waits out its wait without an error.
+	start := time.Now()
+	found, err = queue.Next(context.Background(), b.obj, handlers.HandlerFunc(ok), time.Second, servertest.Logger(t))
+	if err != nil || found {
+		t.Fatalf("next on an empty queue: got %v %v, want false nil", found, err)
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("next on an empty queue returned after %s, want its wait of 1s", took)
+	}
+}
+
 func TestStatusCountsLeasesApartFromRecords(t *testing.T) {
 	t.Parallel()
 	// A running pool has one lease in the bucket; a pool that stops
