@@ -454,6 +454,11 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	walk = func(cmds []*cli.Command) {
 		for _, cmd := range cmds {
 			cmd.OnUsageError = onUsage
+			if len(cmd.Subcommands) == 0 && cmd.ArgsUsage != "" {
+				// Its argument may be "help" or "h" (a job ID, a file):
+				// no help subcommand takes it (--help still shows help).
+				cmd.HideHelpCommand = true
+			}
 			for _, f := range cmd.Flags {
 				withEnv(f)
 			}
@@ -1280,15 +1285,29 @@ func validServerURLs(urls string) error {
 	return nil
 }
 
-// redactURL hides credentials in a URL for messages and logs.
+// redactURL hides credentials in a URL, or in each of a comma-separated
+// list of them (a --server for a cluster), for messages and logs: the user
+// info is what comes before the last "@" of the host part, as url.Parse
+// reads it.
 func redactURL(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			return u[:j+3] + "***" + u[i:]
-		}
-		return "***" + u[i:]
+	if !strings.Contains(u, "@") {
+		return u
 	}
-	return u
+	parts := strings.Split(u, ",")
+	for n, p := range parts {
+		start := 0
+		if j := strings.Index(p, "://"); j >= 0 {
+			start = j + 3
+		}
+		end := len(p)
+		if k := strings.IndexAny(p[start:], "/?#"); k >= 0 {
+			end = start + k
+		}
+		if i := strings.LastIndex(p[start:end], "@"); i >= 0 {
+			parts[n] = p[:start] + "***" + p[start+i:]
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // client opens jobq's objects on the command's server.
@@ -1681,15 +1700,23 @@ func next(c *cli.Context) error {
 
 func printJob(c *cli.Context, job *data.Job) error {
 	if c.Bool("json") {
+		// An ID may be any bytes but control characters: one that is
+		// not UTF-8 is also given as it is, in base64 (id_base64), as
+		// JSON text would turn each such byte into U+FFFD.
+		var idBase64 string
+		if !utf8.ValidString(job.ID) {
+			idBase64 = base64.StdEncoding.EncodeToString([]byte(job.ID))
+		}
 		return printJSON(c.App.Writer, struct {
-			ID      string              `json:"id"`
-			Subject string              `json:"subject"`
-			Seq     uint64              `json:"seq"`
-			Attempt int                 `json:"attempt"`
-			Resumed bool                `json:"resumed"`
-			Header  map[string][]string `json:"headers,omitempty"`
+			ID       string              `json:"id"`
+			IDBase64 string              `json:"id_base64,omitempty"`
+			Subject  string              `json:"subject"`
+			Seq      uint64              `json:"seq"`
+			Attempt  int                 `json:"attempt"`
+			Resumed  bool                `json:"resumed"`
+			Header   map[string][]string `json:"headers,omitempty"`
 			jsonPayload
-		}{job.ID, job.Subject, job.Seq, job.Attempt, job.Resumed, job.Header, payloadJSON(job.Payload)})
+		}{job.ID, idBase64, job.Subject, job.Seq, job.Attempt, job.Resumed, job.Header, payloadJSON(job.Payload)})
 	}
 	w := &errWriter{w: c.App.Writer}
 	fmt.Fprintf(w, "id: %s\nsubject: %s\nseq: %d\nattempt: %d\n", job.ID, job.Subject, job.Seq, job.Attempt)
@@ -2036,6 +2063,9 @@ func dlqShow(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return badUsage("dlq show takes a DLQ sequence or job ID (see jobq dlq list)")
 	}
+	if c.Args().First() == "" {
+		return badUsage("dlq show: the argument is empty (is a shell variable unset?); pass a DLQ sequence or job ID (see jobq dlq list)")
+	}
 	obj, closeFn, err := client(c)
 	if err != nil {
 		return err
@@ -2071,6 +2101,9 @@ func dlqRetry(c *cli.Context) error {
 	}
 	if c.Bool("all") && c.Bool("by-id") {
 		return badUsage("--by-id says what the argument is; dlq retry --all takes none")
+	}
+	if !c.Bool("all") && c.Args().First() == "" {
+		return badUsage("dlq retry: the argument is empty (is a shell variable unset?); pass a DLQ sequence or job ID (see jobq dlq list), or --all")
 	}
 	obj, closeFn, err := client(c)
 	if err != nil {

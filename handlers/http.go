@@ -201,7 +201,8 @@ func redactURL(raw string, u *url.URL) string {
 // show it: an http handler's URL without its user info and query, which
 // may hold secrets, even if the URL does not parse.
 func RedactRoute(route string) string {
-	pattern, spec, ok := strings.Cut(route, "=")
+	// Cut where ParseRoute cuts: a subject may hold "=" itself.
+	pattern, spec, ok := cutRoute(route)
 	if !ok {
 		return route
 	}
