@@ -88,8 +88,16 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 	batch, snap, err, gen := c.batch, c.snap, c.err, c.gen
 	halt := p.halt
 	for {
+		n := len(batch)
 		if batch = p.handBackAtStop(batch); len(batch) == 0 {
 			return nil, claimFirst, later
+		}
+		if err == nil && len(batch) != n {
+			// The check tells each job by its place in the batch as
+			// checked (snap.Found, Holder): those that run still are
+			// checked again on their own.
+			gen = p.lease.generation()
+			snap, err = p.check(ctx, batch)
 		}
 		if err == nil {
 			var first, again []*inflight
@@ -104,6 +112,8 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 			err = p.lease.add(opCtx, p, batch, snap.LeaseSeq)
 			cancel()
 			if err == nil {
+				batch, first, again = p.recheckTakenOver(ctx, batch)
+				claimFirst, later = append(claimFirst, first...), append(later, again...)
 				for _, it := range batch {
 					it.mu.Lock() // the heartbeat loop may look at it already
 					it.claim, it.unclaimed = p.ledger.Prepare(it.job, p.cfg.WorkerName, p.lease.owner), true
@@ -130,6 +140,58 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 		gen = p.lease.generation()
 		snap, err = p.check(ctx, batch)
 	}
+}
+
+// recheckTakenOver reads again, once they are in the pool's stored lease,
+// the records of the jobs of batch taken over from a lease that ended or
+// from an orphan (job.Resumed, see sortBatch). The run on that lease may
+// store its outcome late (a handler that returned after its lease was
+// lost, a write that landed after its answer timed out): a record created
+// outside any live lease, after this pool's check. Another pool's check
+// then finds the record and no live lease, and claims the job, while this
+// pool's lease write, which expects only the last lease write, succeeds:
+// both would run it. Read after the lease write, such a record is seen;
+// one stored after it finds this lease live in every other pool's check.
+// A job that has a record now leaves the lease (it has not run here) and
+// is claimed first; one whose record cannot be read leaves it too, to be
+// checked again.
+func (p *Pool) recheckTakenOver(ctx context.Context, batch []*inflight) (run, claimFirst, later []*inflight) {
+	var keys []string
+	for _, it := range batch {
+		if it.job.Resumed {
+			keys = append(keys, data.Key(it.job.ID))
+		}
+	}
+	if len(keys) == 0 {
+		return batch, nil, nil
+	}
+	opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+	found, err := p.ledger.Recorded(opCtx, keys)
+	cancel()
+	run = make([]*inflight, 0, len(batch))
+	i := 0
+	for _, it := range batch {
+		if !it.job.Resumed {
+			run = append(run, it)
+			continue
+		}
+		key := keys[i]
+		i++
+		switch {
+		case err != nil:
+			p.lease.done(key, it, false)
+			later = append(later, it)
+		case found[i-1]:
+			p.lease.done(key, it, false)
+			claimFirst = append(claimFirst, it)
+		default:
+			run = append(run, it)
+		}
+	}
+	if err != nil {
+		p.log.Warn().Err(err).Int("jobs", len(later)).Msg("read again the records of jobs taken over from a lease that ended: checking them again")
+	}
+	return run, claimFirst, later
 }
 
 // admitAll admits c's jobs, checking again those admitBatch leaves for
@@ -519,9 +581,16 @@ func (l *lease) renew(ctx context.Context, p *Pool) {
 	}
 	// The jobs are cancelled a sixth of the ack wait before the lease ends
 	// unless it is renewed by then, however long the writes take.
+	// Once that moment passed (the lease lapsed), its jobs are given up
+	// first, and the lease is written again as add would: with a deadline
+	// that passed, no renewal could ever write it, nor drop its orphans.
 	deadline := time.Now().Add(opTimeout)
 	if !l.until.IsZero() && len(l.jobs) > 0 {
-		deadline = l.giveUpAt(p)
+		if giveUp := l.giveUpAt(p); time.Now().Before(giveUp) {
+			deadline = giveUp
+		} else {
+			l.giveUpIfLapsed(p, errors.New("the lease was not renewed in time"))
+		}
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
