@@ -460,3 +460,42 @@ func TestReadyzNeedsEveryObject(t *testing.T) {
 		})
 	}
 }
+
+// A pool makes a deleted DLQ anew, but only when a job runs out of
+// deliveries: /readyz, which reads DLQ, said 503 "stream DLQ: … not found"
+// for as long as no job failed for good, with no word of a restart, and an
+// orchestrator kept a working jobq out of service. The pool makes DLQ anew
+// within an ack wait, as it does WORKER.
+func TestReadyzAfterDLQDeletedWithWorkers(t *testing.T) {
+	t.Parallel()
+	log := servertest.Logger(t)
+	srv, obj := provisioned(t, false, queue.Config{AckWait: time.Second, FetchWait: 200 * time.Millisecond})
+	pool := queue.NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), log)
+	if err := pool.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pool.Stop(ctx)
+	})
+	hs := startHTTP(listenLocal(t), obj, pool, srv.StoreErr, prometheus.NewRegistry(), nil, nil, dashboard.Auth{}, log)
+	t.Cleanup(func() { hs.Shutdown(context.Background()) })
+	if err := obj.JS.DeleteStream(context.Background(), queue.StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, body := doHTTP(t, http.MethodGet, "http://"+hs.Addr+"/readyz", "", nil)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /readyz 10s after DLQ was deleted (ack wait 1s), no job failing: got %d %s, want 200 once the pool made DLQ anew", resp.StatusCode, strings.TrimSpace(body))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := obj.JS.Stream(context.Background(), queue.StreamDLQ); err != nil {
+		t.Errorf("DLQ after /readyz said ready: %v", err)
+	}
+}

@@ -326,7 +326,12 @@ func (p *Pool) sweeper(ctx, stepCtx context.Context, seqs <-chan exhausted) {
 				return 0, err
 			})
 		case <-t.C:
-			run(p.sweep)
+			run(func(ctx context.Context) (int, error) {
+				// A deleted DLQ is made anew here too, not only at a
+				// dead letter: /readyz says 503 while it is gone.
+				p.makeDLQAnew(ctx)
+				return p.sweep(ctx)
+			})
 		}
 	}
 }

@@ -178,7 +178,14 @@ func sameAddress(listen, http string) bool {
 		return false
 	}
 	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return lh == hh || any(lh) || any(hh)
+	// localhost is bound as 127.0.0.1 (Go listens on its IPv4 address).
+	named := func(h string) string {
+		if strings.EqualFold(h, "localhost") {
+			return "127.0.0.1"
+		}
+		return h
+	}
+	return named(lh) == named(hh) || any(lh) || any(hh)
 }
 
 // MinSyncInterval is the shortest interval between the store's syncs to

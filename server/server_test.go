@@ -66,6 +66,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bcrypt token", cfg: server.Config{StoreDir: "x", Token: "$2y$10$abcdefghijk"}, wantErr: "--token looks like a bcrypt hash"},
 		{name: "listen is http", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:18230", HTTP: "127.0.0.1:18230"}, wantErr: "are the same address"},
 		{name: "listen on all, http on one", cfg: server.Config{StoreDir: "x", Listen: "0.0.0.0:18230", HTTP: "127.0.0.1:18230", Token: "t"}, wantErr: "are the same address"},
+		// localhost is a loopback address: serve bound --http first and then
+		// failed (exit 1) to listen, blaming "another process".
+		{name: "listen on localhost, http on its IP", cfg: server.Config{StoreDir: "x", Listen: "localhost:18230", HTTP: "127.0.0.1:18230"}, wantErr: "are the same address"},
+		{name: "listen on an IP, http on localhost", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:18230", HTTP: "localhost:18230"}, wantErr: "are the same address"},
 		{name: "listen and http on other ports", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:18230", HTTP: "127.0.0.1:18231"}},
 		{name: "listen and http on random ports", cfg: server.Config{StoreDir: "x", Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0"}},
 	}
