@@ -129,7 +129,10 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 		}
 	}()
 
-	in := &ctxReader{ctx: ctx, r: r, done: make(chan struct{})}
+	// While the input keeps Import waiting, the publishes whose acks were
+	// lost are re-sent still, before JOB's dedupe window forgets their
+	// first send: a re-send after it would store the job again.
+	in := &ctxReader{ctx: ctx, r: r, done: make(chan struct{}), idle: func() { im.settleReady(ctx) }, every: max(min(opts.AckTimeout, time.Second), 10*time.Millisecond)}
 	defer close(in.done)
 	br := bufio.NewReaderSize(in, 64<<10)
 	// A line holds at most the payload JSON-escaped (\u0000 is six bytes
@@ -153,6 +156,7 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 			stop = fmt.Errorf("import stopped at line %d: %w; the lines from there on were not sent: once %s answers, run the same input again (lines with an id are stored once)", n, im.silent, StreamJob)
 			break
 		}
+		im.settleReady(ctx)
 		line, tooLong, err := readLine(br, buf[:0], limit)
 		buf = line
 		if n == 1 {
@@ -177,6 +181,7 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 		im.sum.Lines++
 		var job importJob
 		var f jetstream.PubAckFuture
+		var sent time.Time
 		malformed := true // unless the publish failed, as below
 		if tooLong {
 			err = fmt.Errorf("line too long: over %d bytes", limit)
@@ -184,6 +189,7 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 			if im.count == len(im.ring) {
 				im.settleOldest(ctx)
 			}
+			sent = time.Now()
 			f, err = async.EnqueueAsync(job.subject, job.payload, job.opts)
 			malformed = lineRefused(err)
 		}
@@ -202,7 +208,7 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 			im.progress(false)
 			continue
 		}
-		im.ring[(im.head+im.count)%len(im.ring)] = published{line: n, f: f}
+		im.ring[(im.head+im.count)%len(im.ring)] = published{line: n, f: f, sent: sent}
 		im.count++
 		im.progress(false)
 	}
@@ -274,21 +280,45 @@ type importer struct {
 type published struct {
 	line int
 	f    jetstream.PubAckFuture
+	sent time.Time // when it was first sent
 }
 
 // settleOldest waits for the oldest publish's ack and counts it. A lost ack
 // is retried with the same ID, synchronously, so the job is stored once.
 func (im *importer) settleOldest(ctx context.Context) {
 	pub := im.ring[im.head]
-	im.ring[im.head] = published{}
-	im.head = (im.head + 1) % len(im.ring)
-	im.count--
 	var ack *jetstream.PubAck
 	var err error
 	select {
 	case ack = <-pub.f.Ok():
 	case err = <-pub.f.Err():
 	}
+	im.settle(ctx, ack, err)
+}
+
+// settleReady settles the oldest publishes whose outcome is in, without
+// waiting for the others: a lost ack is re-sent as soon as it is known
+// lost, not once the window is full or the input ends.
+func (im *importer) settleReady(ctx context.Context) {
+	for im.count > 0 && im.silent == nil {
+		pub := im.ring[im.head]
+		select {
+		case ack := <-pub.f.Ok():
+			im.settle(ctx, ack, nil)
+		case err := <-pub.f.Err():
+			im.settle(ctx, nil, err)
+		default:
+			return
+		}
+	}
+}
+
+// settle counts the oldest publish, whose outcome is ack or err.
+func (im *importer) settle(ctx context.Context, ack *jetstream.PubAck, err error) {
+	pub := im.ring[im.head]
+	im.ring[im.head] = published{}
+	im.head = (im.head + 1) % len(im.ring)
+	im.count--
 	msg := pub.f.Msg()
 	id := msg.Header.Get(nats.MsgIdHdr)
 	switch {
@@ -311,7 +341,7 @@ func (im *importer) settleOldest(ctx context.Context) {
 			}
 			rctx = im.settling
 		}
-		ack, err = im.p.Enqueue(rctx, msg.Subject, msg.Data, EnqueueOptions{ID: id, Header: msg.Header})
+		ack, err = im.p.enqueueSince(rctx, msg.Subject, msg.Data, EnqueueOptions{ID: id, Header: msg.Header}, pub.sent)
 		if err != nil && retryable(err) && im.silent == nil {
 			im.silent = fmt.Errorf("line %d: %w", pub.line, err)
 		}
@@ -520,6 +550,9 @@ type ctxReader struct {
 	reqs     chan int       // a read of up to n bytes, asked for
 	res      chan readChunk // its outcome, in the goroutine's own buffer
 	inFlight bool           // a read was asked for and not answered
+	// idle, if set, runs every so often while a read waits for input.
+	idle  func()
+	every time.Duration
 }
 
 type readChunk struct {
@@ -543,12 +576,22 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 			return 0, c.ctx.Err()
 		}
 	}
-	select {
-	case ch := <-c.res:
-		c.inFlight = false
-		return copy(p, ch.data), ch.err
-	case <-c.ctx.Done():
-		return 0, c.ctx.Err()
+	var tick <-chan time.Time
+	if c.idle != nil {
+		t := time.NewTicker(c.every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case ch := <-c.res:
+			c.inFlight = false
+			return copy(p, ch.data), ch.err
+		case <-c.ctx.Done():
+			return 0, c.ctx.Err()
+		case <-tick:
+			c.idle()
+		}
 	}
 }
 

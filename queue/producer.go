@@ -43,26 +43,44 @@ type Producer struct {
 	// attempts and attemptTimeout bound the retries of a lost ack.
 	attempts       int
 	attemptTimeout time.Duration
+	// window is JOB's dedupe window: a lost ack is sent again only
+	// within it, or JOB would store the job twice.
+	window time.Duration
 }
 
 // NewProducer returns a Producer that publishes through js, refuses
 // payloads over cfg.MaxPayload and counts stored jobs in cfg.Metrics.
 func NewProducer(js jetstream.JetStream, cfg Config) *Producer {
 	cfg = cfg.withDefaults()
-	return &Producer{js: js, maxPayload: cfg.MaxPayload, metrics: cfg.Metrics, attempts: 5, attemptTimeout: 5 * time.Second}
+	return &Producer{js: js, maxPayload: cfg.MaxPayload, metrics: cfg.Metrics, attempts: 5, attemptTimeout: 5 * time.Second, window: cfg.DedupeWindow}
 }
 
 // Enqueue stores one job and returns the stream's acknowledgement. A publish
 // whose ack is lost (timeout, no responders) is retried with the same ID, so
 // the job is stored once; the retried ack then reports Duplicate.
 func (p *Producer) Enqueue(ctx context.Context, subject string, payload []byte, opts EnqueueOptions) (*jetstream.PubAck, error) {
+	return p.enqueueSince(ctx, subject, payload, opts, time.Time{})
+}
+
+// enqueueSince is Enqueue of a job first sent at first, whose ack was lost;
+// or, if first is zero, of a job not sent before.
+func (p *Producer) enqueueSince(ctx context.Context, subject string, payload []byte, opts EnqueueOptions, first time.Time) (*jetstream.PubAck, error) {
+	resend := !first.IsZero()
+	if !resend {
+		first = time.Now()
+	}
 	msg, err := p.message(subject, payload, opts)
 	if err != nil {
 		return nil, err
 	}
 	id := msg.Header.Get(nats.MsgIdHdr)
-	var last error
+	var last error = jetstream.ErrAsyncPublishTimeout
 	for attempt := 1; attempt <= p.attempts; attempt++ {
+		if (attempt > 1 || resend) && time.Since(first) >= p.window {
+			// JOB may have stored it and forgotten its ID since: sent
+			// again, it could be stored twice.
+			return nil, fmt.Errorf("enqueue job %s on %s: no acknowledgement from %s within its dedupe window of %s (%w); the job may be stored: check the jobq serve log and jobq status before enqueueing it again, as it could then be stored twice", id, subject, StreamJob, p.window, last)
+		}
 		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
 		ack, err := p.js.PublishMsg(actx, msg)
 		cancel()
@@ -109,7 +127,11 @@ func (p *Producer) AttemptTimeout(d time.Duration) *Producer {
 // it is sent, as ErrPayloadTooLarge, rather than by JOB once sent.
 func (p *Producer) JOBLimit(obj *Objects) *Producer {
 	if obj.Jobs != nil {
-		p.jobLimit = int64(max(obj.Jobs.CachedInfo().Config.MaxMsgSize, 0))
+		cfg := obj.Jobs.CachedInfo().Config
+		p.jobLimit = int64(max(cfg.MaxMsgSize, 0))
+		if cfg.Duplicates > 0 {
+			p.window = cfg.Duplicates
+		}
 	}
 	return p
 }
@@ -232,8 +254,8 @@ func ValidID(id string) error {
 			return fmt.Errorf("%w: %q has a control character; use printable text", ErrBadID, id)
 		}
 	}
-	if strings.TrimSpace(id) != id {
-		return fmt.Errorf("%w: %q starts or ends with white space, which headers drop", ErrBadID, id)
+	if strings.Trim(id, " ") != id { // nats.go trims ASCII spaces (and tabs, refused above) off a header value, no other
+		return fmt.Errorf("%w: %q starts or ends with a space, which headers drop", ErrBadID, id)
 	}
 	if data.IsSeqID(id) {
 		return fmt.Errorf("%w: %q is the ID jobq gives the job at that stream sequence when it is published without one; use another", ErrBadID, id)

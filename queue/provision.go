@@ -276,7 +276,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 	}
 	next := have
 	next.MaxDeliver, next.AckWait = want.MaxDeliver, want.AckWait
-	next.MaxAckPending = max(have.MaxAckPending, want.MaxAckPending)
+	if have.MaxAckPending >= 0 { // -1: no limit, more than any
+		next.MaxAckPending = max(have.MaxAckPending, want.MaxAckPending)
+	}
 	// A filter would leave the other jobs undelivered, to be swept into
 	// DLQ as exhausted unrun; headers only would run jobs without their
 	// payloads and record them done.
@@ -293,6 +295,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 	log.Info().Str("consumer", ConsumerWorker).
 		Int("max_deliver_was", have.MaxDeliver).Int("max_deliver", next.MaxDeliver).
 		Stringer("ack_wait_was", have.AckWait).Stringer("ack_wait", next.AckWait).
+		Int("max_ack_pending_was", have.MaxAckPending).Int("max_ack_pending", next.MaxAckPending).
 		Str("filter_subject_was", have.FilterSubject).Strs("filter_subjects_were", have.FilterSubjects).
 		Bool("headers_only_was", have.HeadersOnly).
 		Msg("consumer updated in place")
