@@ -352,6 +352,13 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 		case err != nil:
 		default:
 			prev, derr := decodeRecord(entry.Value())
+			if derr == nil && prev.State == StateRunning && now.Before(prev.LeaseUntil) {
+				// A live claim, of another copy of the job that a
+				// worker claimed since the caller looked: its holder
+				// records its outcome. Written over, the claim was lost
+				// while its job ran, and the job ran again.
+				return nil
+			}
 			var earlier bool
 			if derr == nil {
 				if earlier, err = l.Earlier(ctx, job.ID, job.EnqueuedAt, prev); err != nil {

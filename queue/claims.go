@@ -265,9 +265,9 @@ func (p *Pool) deadLetterAwaiting(ctx context.Context, it *inflight, claim data.
 	job := *it.job
 	job.Attempt = max(claim.Record.Attempts, 1)
 	if err := p.deadLetter(ctx, &job, it.msg.Headers(), cause); err != nil {
-		if isFull(err) {
+		if !errors.Is(err, errTooLargeForDLQ) {
 			delay := p.cfg.backoff(it.job.Attempt)
-			log.Warn().Err(err).Dur("retry_in", delay).Msg("job awaiting its dead letter, and DLQ still has no room: released")
+			log.Warn().Err(err).Dur("retry_in", delay).Msg("job awaiting its dead letter, which could not be stored yet: released")
 			p.nak(it.msg, delay, log)
 			return
 		}

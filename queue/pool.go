@@ -1070,7 +1070,12 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 		return
 	}
 	if err := p.deadLetter(ctx, job, msg.Headers(), cause.Error()); err != nil {
-		if isFull(err) && claim != nil {
+		// Whatever kept its dead letter out (a full DLQ, a publish that
+		// timed out), the job failed for good: it awaits its dead letter
+		// without running again. Left unrecorded, it was delivered again
+		// after the ack wait and ran again, and, after its last delivery,
+		// the sweep dead-lettered it with an earlier attempt's error.
+		if claim != nil && !errors.Is(err, errTooLargeForDLQ) {
 			p.awaitDeadLetter(ctx, it, claim, cause, err, log)
 			return
 		}
@@ -1111,7 +1116,11 @@ func (p *Pool) awaitDeadLetter(ctx context.Context, it *inflight, claim *data.Cl
 		return
 	}
 	delay := p.cfg.backoff(it.job.Attempt)
-	log.Error().Err(refused).AnErr("cause", cause).Dur("retry_in", delay).Msg("job failed for good, and DLQ has no room for its dead letter: released, to be dead-lettered without running again")
+	why := "job failed for good, and DLQ has no room for its dead letter: released, to be dead-lettered without running again"
+	if !isFull(refused) {
+		why = "job failed for good, and its dead letter could not be stored: released, to be dead-lettered without running again"
+	}
+	log.Error().Err(refused).AnErr("cause", cause).Dur("retry_in", delay).Msg(why)
 	p.nak(it.msg, delay, log)
 }
 
