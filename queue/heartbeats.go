@@ -55,6 +55,17 @@ func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan s
 	var collecting sync.WaitGroup
 	defer collecting.Wait()
 	var busy atomic.Bool
+	// The lease's renewal runs beside the loop too: it waits for a new
+	// batch's lease write, and a lease that lists no job any more is
+	// written with opTimeout, both past the moment a claim of a job's own
+	// is to be given up. Whatever jobs the lease holds when a renewal
+	// begins stay there until it ends (add waits for it), and it gives
+	// them up itself if it could not renew the lease in time.
+	var leaseRenewing sync.WaitGroup
+	defer leaseRenewing.Wait()
+	var renewingLease atomic.Bool
+	var renewals sync.WaitGroup
+	defer renewals.Wait()
 	for {
 		select {
 		case <-done:
@@ -70,23 +81,32 @@ func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan s
 			}
 		}
 		h.mu.Unlock()
-		// Every due job's InProgress goes out before any ledger write, and
-		// the lease, which holds most jobs, is renewed before the claims,
-		// so a slow write delays neither.
+		// Every due job's InProgress goes out before any ledger write, so
+		// a slow write delays none.
 		for _, it := range due {
 			p.keepAlive(it)
 		}
-		if p.leasing {
-			p.lease.renew(ledgerCtx, p)
+		if p.leasing && renewingLease.CompareAndSwap(false, true) {
+			leaseRenewing.Go(func() {
+				defer renewingLease.Store(false)
+				p.lease.renew(ledgerCtx, p)
+			})
 		}
-		// The claims are renewed side by side, each bounded by when it is
-		// given up: a hanging renewal holds up no other, nor the next
-		// tick's lease renewal, by more than that.
-		var renewing sync.WaitGroup
+		// The claims are renewed side by side, and beside the loop, each
+		// bounded by when it is given up, which gives it up if it failed
+		// by then: a hanging renewal holds up no other claim's renewal or
+		// give-up, nor any job's InProgress but its own, since a claim
+		// settled late may be given up later after its renewal begins
+		// than one renewed on the beat (see claimGiveUpAt). A job whose
+		// renewal is under way is left to it (see inflight.renewing).
 		for _, it := range due {
-			renewing.Go(func() { p.renew(ctx, it) })
+			if it.renewing.CompareAndSwap(false, true) {
+				renewals.Go(func() {
+					defer it.renewing.Store(false)
+					p.renew(ctx, it)
+				})
+			}
 		}
-		renewing.Wait()
 		if !p.cfg.NoLedger {
 			h.loseLapsedClaims(p, time.Now())
 		}
@@ -101,15 +121,36 @@ func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan s
 }
 
 // loseLeased cancels the handlers of the jobs that run on the pool's lease.
+// A job on a claim of its own holds its lock while its renewal waits for
+// the ledger (up to its own give-up time): the jobs are given up as their
+// locks are free, the leased ones, which no renewal holds for long, without
+// waiting for it, and the heartbeats' lock is not held meanwhile.
 func (h *heartbeats) loseLeased(cause error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	its := make([]*inflight, 0, len(h.jobs))
 	for it := range h.jobs {
-		it.mu.Lock()
+		its = append(its, it)
+	}
+	h.mu.Unlock()
+	lose := func(it *inflight) {
 		if it.unclaimed && !it.recording {
 			it.lose(cause)
 		}
 		it.mu.Unlock()
+	}
+	for {
+		busy := its[:0]
+		for _, it := range its {
+			if !it.mu.TryLock() {
+				busy = append(busy, it)
+				continue
+			}
+			lose(it)
+		}
+		if its = busy; len(its) == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -122,6 +163,9 @@ func (h *heartbeats) loseLapsedClaims(p *Pool, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for it := range h.jobs {
+		if it.renewing.Load() {
+			continue // the renewal gives the claim up if it fails in time
+		}
 		it.mu.Lock()
 		if !it.recording && !it.unclaimed && it.claim.Revision > 0 && !now.Before(p.claimGiveUpAt(&it.claim)) {
 			it.lose(claimLapsed(&it.claim, nil))
@@ -147,8 +191,13 @@ func claimLapsed(c *data.Claim, cause error) error {
 	return err
 }
 
-// keepAlive resets the server's ack wait for it.
+// keepAlive resets the server's ack wait for it. A job whose claim's
+// renewal is under way, which holds its lock, gets its InProgress once the
+// renewal is over (it stays due).
 func (p *Pool) keepAlive(it *inflight) {
+	if it.renewing.Load() {
+		return
+	}
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if it.closed {

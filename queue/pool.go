@@ -171,6 +171,11 @@ type inflight struct {
 	ackPlace uint64
 	ackAt    time.Time
 
+	// renewing: the heartbeat loop's renewal of its claim is under way,
+	// holding mu. Set only by the loop, which so neither waits for mu
+	// meanwhile nor starts another renewal.
+	renewing atomic.Bool
+
 	// Guarded by mu: the heartbeat loop renews the claim until the worker
 	// takes it back to record the outcome.
 	mu       sync.Mutex
