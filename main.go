@@ -1300,8 +1300,13 @@ func redactURL(u string) string {
 			start = j + 3
 		}
 		end := len(p)
-		if k := strings.IndexAny(p[start:], "/?#"); k >= 0 {
-			end = start + k
+		// Where url.Parse finds user info, the host part ends at its
+		// first "/?#"; a URL it cannot read (a password holding one of
+		// them, not escaped) is hidden up to its last "@".
+		if pu, err := neturl.Parse(p); err == nil && pu.User != nil {
+			if k := strings.IndexAny(p[start:], "/?#"); k >= 0 {
+				end = start + k
+			}
 		}
 		if i := strings.LastIndex(p[start:end], "@"); i >= 0 {
 			parts[n] = p[:start] + "***" + p[start+i:]

@@ -125,6 +125,9 @@ func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan s
 // the ledger (up to its own give-up time): the jobs are given up as their
 // locks are free, the leased ones, which no renewal holds for long, without
 // waiting for it, and the heartbeats' lock is not held meanwhile.
+// A job never leased (leaseTok, set under the lease's lock, which the
+// caller holds) is not waited for: it is not given up here, and waiting
+// for its renewal held the lease's lock that long.
 func (h *heartbeats) loseLeased(cause error) {
 	h.mu.Lock()
 	its := make([]*inflight, 0, len(h.jobs))
@@ -142,7 +145,9 @@ func (h *heartbeats) loseLeased(cause error) {
 		busy := its[:0]
 		for _, it := range its {
 			if !it.mu.TryLock() {
-				busy = append(busy, it)
+				if it.leaseTok != 0 {
+					busy = append(busy, it)
+				}
 				continue
 			}
 			lose(it)

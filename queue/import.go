@@ -154,6 +154,10 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 			// So would every line from here on, each after its own
 			// retries: hours for a large input.
 			stop = fmt.Errorf("import stopped at line %d: %w; the lines from there on were not sent: once %s answers, run the same input again (lines with an id are stored once)", n, im.silent, StreamJob)
+			if errors.As(im.silent, new(pastWindowError)) {
+				// Run again, that line would be sent past its window.
+				stop = fmt.Errorf("import stopped at line %d: %w; the lines from there on were not sent: once %s answers, send the input from line %d on, not the lines before it", n, im.silent, StreamJob, n)
+			}
 			break
 		}
 		im.settleReady(ctx)

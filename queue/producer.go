@@ -79,7 +79,7 @@ func (p *Producer) enqueueSince(ctx context.Context, subject string, payload []b
 		if (attempt > 1 || resend) && time.Since(first) >= p.window {
 			// JOB may have stored it and forgotten its ID since: sent
 			// again, it could be stored twice.
-			return nil, fmt.Errorf("enqueue job %s on %s: no acknowledgement from %s within its dedupe window of %s (%w); the job may be stored: check the jobq serve log and jobq status before enqueueing it again, as it could then be stored twice", id, subject, StreamJob, p.window, last)
+			return nil, p.pastWindow(id, subject, last)
 		}
 		actx, cancel := context.WithTimeout(ctx, p.attemptTimeout)
 		ack, err := p.js.PublishMsg(actx, msg)
@@ -106,7 +106,11 @@ func (p *Producer) enqueueSince(ctx context.Context, subject string, payload []b
 		}
 	}
 	if retryable(last) {
-		return nil, fmt.Errorf("enqueue job %s on %s: no acknowledgement from %s (%w); the store may be full or failing, see the jobq serve log; enqueueing again with the same ID is safe", id, subject, StreamJob, last)
+		left := p.window - time.Since(first)
+		if left < time.Second {
+			return nil, p.pastWindow(id, subject, last)
+		}
+		return nil, fmt.Errorf("enqueue job %s on %s: no acknowledgement from %s (%w); the store may be full or failing, see the jobq serve log; enqueueing again with the same ID within %s is safe (JOB's dedupe window)", id, subject, StreamJob, last, left.Round(time.Second))
 	}
 	return nil, fmt.Errorf("enqueue job %s on %s: %w", id, subject, last)
 }
@@ -234,6 +238,19 @@ func retryable(err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
+
+// pastWindow is the error for job id on subject whose ack was lost (last)
+// and which is not sent again, its dedupe window over.
+func (p *Producer) pastWindow(id, subject string, last error) error {
+	return pastWindowError{fmt.Errorf("enqueue job %s on %s: no acknowledgement from %s within its dedupe window of %s (%w); the job may be stored: check the jobq serve log and jobq status before enqueueing it again, as it could then be stored twice", id, subject, StreamJob, p.window, last)}
+}
+
+// pastWindowError: a job whose ack was lost, and that was not sent again
+// since JOB's dedupe window had passed: it may be stored, and a re-send
+// could store it twice.
+type pastWindowError struct{ error }
+
+func (e pastWindowError) Unwrap() error { return e.error }
 
 // ErrBadID is returned for a job ID that a message header cannot carry.
 var ErrBadID = errors.New("bad job id")

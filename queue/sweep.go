@@ -226,7 +226,17 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	p.cfg.Metrics.jobDeadLettered(job.Subject)
 	p.observe(job, data.StateFailed, 0, errors.New(cause))
-	if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
+	// A copy of the job leased since the look above (no record: it runs
+	// on a prepared claim) records its outcome by creating the record: a
+	// failed record created now would refuse it, and it would run again.
+	leasedNow := false
+	if errors.Is(err, data.ErrNotFound) && p.leasing {
+		held, lerr := p.ledger.Leased(ctx, job)
+		leasedNow = lerr == nil && held
+	}
+	if leasedNow {
+		log.Warn().Msg("another copy of the job runs on a lease: its outcome is left to it")
+	} else if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
 		log.Error().Err(err).Msg("record dead-lettered job")
 	}
 	if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
