@@ -160,11 +160,12 @@ func (p *Pool) giveBack(n int) {
 // byteRoom is how many more payload bytes the pool may hold.
 func (p *Pool) byteRoom() int64 { return p.cfg.PrefetchBytes - p.bytes.Load() }
 
-// admit starts a fetched job's claim and queues it.
-func (p *Pool) admit(m *nats.Msg) {
+// admit starts a fetched job's claim and queues it: one of a pull sent
+// while the pool knew of JOB of (see jobStream).
+func (p *Pool) admit(m *nats.Msg, of int64) {
 	it := new(inflight)
 	it.jm.init(m)
-	it.jm.stream, it.jm.of = p.stream, p.stream.now()
+	it.jm.stream, it.jm.of = p.stream, of
 	it.msg = &it.jm
 	if err := decodeJobInto(&it.jobv, it.msg); err != nil {
 		p.log.Error().Err(err).Str("subject", m.Subject).Msg("not a jetstream job; left for redelivery")

@@ -191,6 +191,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	// Limits that would delete stored jobs or dead letters, and publishes
 	// stored without an answer, are put back as jobq makes them.
 	next.MaxAge, next.MaxMsgs, next.MaxMsgsPerSubject, next.DiscardNewPerSubject, next.NoAck = 0, -1, -1, false, false
+	// So are roll-ups: another client's message with a Nats-Rollup header
+	// would purge every job or dead letter stored before it.
+	next.AllowRollup = false
 	if stored := s.CachedInfo().State.Bytes; next.MaxBytes > 0 && uint64(next.MaxBytes) < stored {
 		// The server enforces a lowered cap by deleting the oldest jobs.
 		next.MaxBytes = have.MaxBytes
@@ -212,6 +215,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		Int64("max_bytes_was", have.MaxBytes).Int64("max_bytes", next.MaxBytes).
 		Stringer("max_age_was", have.MaxAge).Int64("max_msgs_was", have.MaxMsgs).
 		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("no_ack_was", have.NoAck).
+		Bool("allow_rollup_was", have.AllowRollup).
 		Msg("stream updated in place")
 	return s, "stream " + want.Name + " " + wasUpdated, nil
 }
@@ -286,6 +290,12 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 	if len(next.FilterSubjects) > 0 {
 		next.FilterSubjects = nil
 	}
+	// Priority groups would refuse every pull of jobq's, which names no
+	// group: no job would run.
+	next.PriorityPolicy, next.PinnedTTL = jetstream.PriorityPolicyNone, 0
+	if len(next.PriorityGroups) > 0 {
+		next.PriorityGroups = nil
+	}
 	if reflect.DeepEqual(have, next) {
 		return c, "", nil
 	}
@@ -297,7 +307,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		Stringer("ack_wait_was", have.AckWait).Stringer("ack_wait", next.AckWait).
 		Int("max_ack_pending_was", have.MaxAckPending).Int("max_ack_pending", next.MaxAckPending).
 		Str("filter_subject_was", have.FilterSubject).Strs("filter_subjects_were", have.FilterSubjects).
-		Bool("headers_only_was", have.HeadersOnly).
+		Bool("headers_only_was", have.HeadersOnly).Strs("priority_groups_were", have.PriorityGroups).
 		Msg("consumer updated in place")
 	return c, "consumer " + ConsumerWorker + " " + wasUpdated, nil
 }
@@ -338,6 +348,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 	next.MaxMsgs, next.MaxBytes, next.Discard, next.NoAck = -1, -1, jetstream.DiscardNew, false
 	next.DiscardNewPerSubject = false // it would refuse every second write of a key
 	next.MaxMsgsPerSubject = max(next.MaxMsgsPerSubject, 1)
+	// A size cap would refuse the records and leases over it: jobs would
+	// never be checked, claimed or recorded done.
+	next.MaxMsgSize = -1
 	if reflect.DeepEqual(have, next) {
 		return kv, nil
 	}
@@ -347,7 +360,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log z
 	log.Info().Str("bucket", BucketProcessed).Stringer("ttl_was", have.MaxAge).Stringer("ttl", cfg.ProcessedTTL).
 		Int64("max_msgs_was", have.MaxMsgs).Int64("max_bytes_was", have.MaxBytes).Stringer("discard_was", have.Discard).
 		Int64("max_msgs_per_subject_was", have.MaxMsgsPerSubject).Bool("discard_new_per_subject_was", have.DiscardNewPerSubject).
-		Bool("no_ack_was", have.NoAck).Msg("bucket updated in place")
+		Bool("no_ack_was", have.NoAck).Int32("max_msg_size_was", have.MaxMsgSize).Msg("bucket updated in place")
 	return js.KeyValue(ctx, BucketProcessed)
 }
 

@@ -43,7 +43,13 @@ var errPullRefused = errors.New("pull refused by the server")
 // Once ctx ends (Stop), the pull takes no more jobs, and those already sent
 // are admitted (see pullJobs).
 func (p *Pool) fetchBatch(ctx context.Context, n int, maxBytes int64) (int, error) {
-	got, err := pullJobs(ctx, p.obj.JS.Conn(), n, maxBytes, p.fetchWait, p.admit)
+	// The JOB the pool knows of before the pull goes out: a job the pull
+	// brings is of it or of a later one. Read as each job is admitted, it
+	// could be a JOB made anew that a look-up found while an earlier
+	// JOB's job, sent before, waited in the pull's subscription: that
+	// job's ack would reach the new JOB's job at its sequence.
+	of := p.stream.now()
+	got, err := pullJobs(ctx, p.obj.JS.Conn(), n, maxBytes, p.fetchWait, func(m *nats.Msg) { p.admit(m, of) })
 	if errors.Is(err, errWorkerDeleted) {
 		// With JOB, maybe: the jobs of it that the pool holds get no ack
 		// until a look-up tells (see jobStream).

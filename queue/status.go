@@ -125,18 +125,25 @@ func ReadStatus(ctx context.Context, o *Objects) (Status, error) {
 		return st, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
 	}
 	st.Ledger = LedgerStatus{Bucket: ks.Bucket(), Records: ks.Values(), Bytes: ks.Bytes(), TTL: ks.TTL().String()}
-	stored, live, err := countLeases(ctx, o.JS, o.Ledger)
+	if kv, ok := ks.(*jetstream.KeyValueBucketStatus); ok {
+		// A key each: a bucket that keeps more history (an operator's
+		// --max-msgs-per-subject, which provisioning keeps) holds several
+		// messages of a record.
+		st.Ledger.Records = kv.StreamInfo().State.NumSubjects
+	}
+	keys, live, err := countLeases(ctx, o.JS, o.Ledger)
 	if err != nil {
 		return st, fmt.Errorf("read bucket %s: %w", BucketProcessed, err)
 	}
 	st.Ledger.Leases = live
-	st.Ledger.Records -= min(stored, st.Ledger.Records)
+	st.Ledger.Records -= min(keys, st.Ledger.Records)
 	return st, nil
 }
 
-// countLeases counts the lease messages in the processed bucket, delete
-// markers included, as its value count does, and the leases that are there.
-func countLeases(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (stored, live uint64, err error) {
+// countLeases counts the lease keys in the processed bucket, those whose
+// last message is a delete marker included, as its subject count does, and
+// the leases that are there.
+func countLeases(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (keys, live uint64, err error) {
 	s, err := js.Stream(ctx, "KV_"+BucketProcessed)
 	if err != nil {
 		return 0, 0, err
@@ -145,20 +152,18 @@ func countLeases(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, c := range info.State.Subjects {
-		stored += c
-	}
-	if stored == 0 {
+	keys = uint64(len(info.State.Subjects))
+	if keys == 0 {
 		return 0, 0, nil
 	}
-	keys, err := kv.ListKeysFiltered(ctx, data.LeasePrefix+">")
+	names, err := kv.ListKeysFiltered(ctx, data.LeasePrefix+">")
 	if err != nil {
 		return 0, 0, err
 	}
-	for range keys.Keys() {
+	for range names.Keys() {
 		live++
 	}
-	return stored, live, nil
+	return keys, live, nil
 }
 
 func streamStatus(si *jetstream.StreamInfo) StreamStatus {
