@@ -236,6 +236,19 @@ func (l *Ledger) Leased(ctx context.Context, job *Job) (bool, error) {
 	return s.Holds(Key(job.ID), time.Now()), nil
 }
 
+// LeaseOf reports whether a live lease, of any pool, holds job running, and
+// whether any lease lists it, one that ended or as an orphan too: an
+// attempt on it may have run.
+func (l *Ledger) LeaseOf(ctx context.Context, job *Job) (held, listed bool, err error) {
+	s, err := l.Check(ctx, []*Job{job}, "")
+	if err != nil {
+		return false, false, err
+	}
+	key := Key(job.ID)
+	_, _, listed = s.Leased(key)
+	return s.Holds(key, time.Now()), listed, nil
+}
+
 // ReadLeases reads every lease key by key, through the bucket's API rather
 // than a batched direct get: on a bucket without direct gets its leader
 // answers. A lease that cannot be read is an error, as in Check.

@@ -170,7 +170,7 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 			// An expired claim, a failed attempt, a cut-off attempt or a
 			// dead-lettered job being run again.
 			next.Attempts = prev.Attempts + 1
-			next.Resumed = prev.State == StateRunning ||
+			next.Resumed = prev.State == StateRunning || prev.State == StateFailed && prev.Resumed ||
 				prev.State == StateRetrying && (prev.LastError == CauseCutOff || prev.LastError == CauseReleased && prev.Resumed)
 			if !prev.FirstAt.IsZero() {
 				next.FirstAt = prev.FirstAt
@@ -336,13 +336,15 @@ func (l *Ledger) update(ctx context.Context, c *Claim, next Record) error {
 }
 
 // FailUnclaimed records a dead-lettered job that no worker holds, such as one
-// whose deliveries ran out while jobq was down. A done record is left alone,
+// whose deliveries ran out while jobq was down; as resumed if job.Resumed
+// (an attempt may have run: a lease that ended listed it), so that its
+// re-drive's run is too. A done record is left alone,
 // but for another job's, of an earlier JOB (see Earlier).
 func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) error {
 	key := Key(job.ID)
 	now := time.Now().UTC()
 	for range 8 {
-		rec := Record{ID: job.ID, State: StateFailed, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: cause, StoredAt: storedAt(job)}
+		rec := Record{ID: job.ID, State: StateFailed, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: cause, StoredAt: storedAt(job), Resumed: job.Resumed}
 		entry, err := l.kv.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -371,7 +373,11 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 				if prev.State == StateDone {
 					return nil
 				}
-				rec.Attempts, rec.Worker, rec.FirstAt, rec.Resumed = prev.Attempts, prev.Worker, prev.FirstAt, prev.Resumed
+				rec.Attempts, rec.Worker, rec.FirstAt = prev.Attempts, prev.Worker, prev.FirstAt
+				// A lapsed claim's attempt may have run without recording
+				// an outcome, as may one that a lease listed (job.Resumed):
+				// a re-drive's run is resumed (see Claim).
+				rec.Resumed = job.Resumed || prev.Resumed || prev.State == StateRunning
 				if cause == "" {
 					rec.LastError = prev.LastError
 				}

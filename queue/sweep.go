@@ -205,9 +205,11 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		// It may run on a pool's lease, as a job without a record does.
 		// (Pools that claim run no job without a record, and read no
 		// leases: their bucket answers no batched reads.)
-		if held, err := p.ledger.Leased(ctx, job); err != nil || held {
+		held, listed, err := p.ledger.LeaseOf(ctx, job)
+		if err != nil || held {
 			return false, err
 		}
+		job.Resumed = listed // a lease that ended lists it: it may have run
 	case errors.Is(err, data.ErrNotFound):
 	case err != nil && !errors.Is(err, data.ErrCorruptRecord):
 		return false, err
