@@ -146,22 +146,7 @@ func TestSweepLeavesALiveClaimOfAnotherCopyAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := claimingObjects(t, Config{FetchWait: 200 * time.Millisecond})
-	hook := &dlqHook{JetStream: obj.JS}
-	obj.JS = hook
-	prod := NewProducer(obj.JS, obj.Config)
-	a, err := prod.Enqueue(ctx, "job.x", []byte("a"), EnqueueOptions{ID: "X"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Copy B of X, under its own Nats-Msg-Id (as after the dedupe window).
-	bAck, err := obj.JS.PublishMsg(ctx, jobCopy("job.x", []byte("b"), nil, "X", "X-again"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bMsg, err := obj.Jobs.GetMsg(ctx, bAck.Sequence)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hook, mA, bMsg := twoCopiesOfX(t, obj)
 	ledger := data.NewLedger(obj.Ledger, time.Minute, nil)
 	var claimB data.Claim
 	var claimErr error
@@ -171,10 +156,6 @@ func TestSweepLeavesALiveClaimOfAnotherCopyAlone(t *testing.T) {
 		claimB, claimErr = ledger.Claim(ctx, jobB, "pool-P")
 	}
 	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
-	mA, err := obj.Jobs.GetMsg(ctx, a.Sequence)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := p.sweepOne(ctx, mA); err != nil {
 		t.Fatalf("sweep A: %v", err)
 	}
@@ -184,4 +165,31 @@ func TestSweepLeavesALiveClaimOfAnotherCopyAlone(t *testing.T) {
 	if err := ledger.Done(ctx, &claimB, time.Millisecond); err != nil {
 		t.Errorf("B's holder records B done: %v; the sweep wrote over B's live claim", err)
 	}
+}
+
+// twoCopiesOfX stores job X (copy A, its first, which the test sweeps) and
+// copy B of it under its own Nats-Msg-Id, as after the dedupe window, and
+// hooks obj's dead-letter publishes.
+func twoCopiesOfX(t *testing.T, obj *Objects) (*dlqHook, *jetstream.RawStreamMsg, *jetstream.RawStreamMsg) {
+	t.Helper()
+	ctx := context.Background()
+	hook := &dlqHook{JetStream: obj.JS}
+	obj.JS = hook
+	a, err := NewProducer(obj.JS, obj.Config).Enqueue(ctx, "job.x", []byte("a"), EnqueueOptions{ID: "X"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bAck, err := obj.JS.PublishMsg(ctx, jobCopy("job.x", []byte("b"), nil, "X", "X-again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mA, err := obj.Jobs.GetMsg(ctx, a.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mB, err := obj.Jobs.GetMsg(ctx, bAck.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hook, mA, mB
 }

@@ -21,21 +21,7 @@ func TestSweepLeavesALeasedCopyAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obj := objectsWith(t, Config{FetchWait: 200 * time.Millisecond})
-	hook := &dlqHook{JetStream: obj.JS}
-	obj.JS = hook
-	prod := NewProducer(obj.JS, obj.Config)
-	a, err := prod.Enqueue(ctx, "job.x", []byte("a"), EnqueueOptions{ID: "X"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bAck, err := obj.JS.PublishMsg(ctx, jobCopy("job.x", []byte("b"), nil, "X", "X-again"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bMsg, err := obj.Jobs.GetMsg(ctx, bAck.Sequence)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hook, mA, bMsg := twoCopiesOfX(t, obj)
 	pp := leasingPool(t, obj)
 	itB := stubJob("X", bMsg.Sequence)
 	itB.job.Subject, itB.job.EnqueuedAt = "job.x", bMsg.Time
@@ -46,10 +32,6 @@ func TestSweepLeavesALeasedCopyAlone(t *testing.T) {
 	}
 	p := NewPool(obj, handlers.HandlerFunc(func(context.Context, *data.Job) error { return nil }), servertest.Logger(t))
 	t.Cleanup(p.ledger.Close)
-	mA, err := obj.Jobs.GetMsg(ctx, a.Sequence)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := p.sweepOne(ctx, mA); err != nil {
 		t.Fatalf("sweep A: %v", err)
 	}
