@@ -621,6 +621,14 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	case r > 1 && c.String("server") == "":
 		return server.Config{}, queue.Config{}, badUsage("--replicas %d needs --server and a cluster: the embedded server is one node and keeps one copy", r)
 	}
+	// An explicit 0 is no "not set": it is under both minimums (1s), and
+	// was silently replaced by the default.
+	if c.IsSet("ack-wait") && qc.AckWait <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--ack-wait %s: want 1s or more", qc.AckWait)
+	}
+	if c.IsSet("processed-ttl") && qc.ProcessedTTL <= 0 {
+		return server.Config{}, queue.Config{}, badUsage("--processed-ttl %s: want 1s or more, and not shorter than --dedupe-window", qc.ProcessedTTL)
+	}
 	if c.IsSet("dedupe-window") && qc.DedupeWindow <= 0 {
 		return server.Config{}, queue.Config{}, badUsage("--dedupe-window %s: want a positive duration", qc.DedupeWindow)
 	}
@@ -882,7 +890,10 @@ func serve(c *cli.Context) (err error) {
 		}
 		log.Info().Str("server", redactURL(url)).Msg("using external nats server")
 	} else {
-		srv, err := startEmbedded(ctx, sc, qc, log)
+		// err is serve's own: the deferred Shutdown below reports its
+		// failure through it (with := it set a shadow, and serve exited 0).
+		var srv *server.Server
+		srv, err = startEmbedded(ctx, sc, qc, log)
 		if err != nil {
 			return interrupted(err)
 		}
