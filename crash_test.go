@@ -165,7 +165,12 @@ func TestCrashSoonAfterDeliveryIsMarkedResumed(t *testing.T) {
 	effects := filepath.Join(work, "effects")
 	marker := filepath.Join(work, "killed")
 	handler := fmt.Sprintf(`exec:echo "$JOBQ_JOB_ID $JOBQ_ATTEMPT $JOBQ_RESUMED" >> %s; if [ "$JOBQ_JOB_ID" = crash-40 ] && [ ! -e %s ]; then touch %s; kill -9 $PPID; fi; sleep 0.2`, shq(effects), shq(marker), shq(marker))
-	opts := serveOpts{dir: t.TempDir(), args: []string{"--handler", "job.crash.>=" + handler, "--workers", "64", "--ack-wait", "3s"}}
+	// Deliveries to spare: the crash spends one of each job it held, a
+	// redelivery while the dead pool's lease holds the job another, and on
+	// a loaded machine a lapse of the restarted pool's lease (renewed
+	// every second with --ack-wait 3s) a third, which with the default of
+	// 3 would dead-letter a job that never ran.
+	opts := serveOpts{dir: t.TempDir(), args: []string{"--handler", "job.crash.>=" + handler, "--workers", "64", "--ack-wait", "3s", "--max-deliver", "10"}}
 	srv := startServe(t, opts)
 	publishJobs(t, srv.url, 80)
 	select {

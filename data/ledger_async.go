@@ -71,7 +71,8 @@ type PendingWrite struct {
 }
 
 // DoneAsync starts recording the job's completion. Wait returns what Done
-// would; on success it advances c.
+// would; on success it advances c. A write that could not be sent is
+// answered with why, as one the ledger refused (see Again).
 func (l *Ledger) DoneAsync(c *Claim, took time.Duration) (*PendingWrite, error) {
 	next := c.Record
 	next.State, next.Took, next.LastError = StateDone, took, ""
@@ -83,7 +84,12 @@ func (l *Ledger) DoneAsync(c *Claim, took time.Duration) (*PendingWrite, error) 
 	}
 	a, err := l.publish(c.Key, next, c.Revision)
 	if err != nil {
-		return nil, fmt.Errorf("record job %s done: %w", next.ID, err)
+		// Not sent (the connection's buffer full while it reconnects,
+		// say): that is the write's answer, and the caller writes again
+		// as for a write the ledger did not answer (see Again), rather
+		// than give up the record of a job whose handler succeeded.
+		a = &ack{done: make(chan struct{}), err: err}
+		close(a.done)
 	}
 	pw.ack = a
 	return pw, nil
