@@ -229,11 +229,8 @@ func (l *Ledger) DeleteLease(ctx context.Context, owner string, revision uint64)
 
 // Leased reports whether a live lease, of any pool, holds job running.
 func (l *Ledger) Leased(ctx context.Context, job *Job) (bool, error) {
-	s, err := l.Check(ctx, []*Job{job}, "")
-	if err != nil {
-		return false, err
-	}
-	return s.Holds(Key(job.ID), time.Now()), nil
+	held, _, err := l.LeaseOf(ctx, job)
+	return held, err
 }
 
 // LeaseOf reports whether a live lease, of any pool, holds job running, and

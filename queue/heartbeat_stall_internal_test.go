@@ -94,7 +94,7 @@ func TestHeartbeatsGoOnWhileTheLedgerHangs(t *testing.T) {
 				}
 			}
 
-			var aRunning, overlap atomic.Bool
+			var aRunning atomic.Bool
 			aStarted := make(chan struct{})
 			var startedOnce atomic.Bool
 			a := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
@@ -144,27 +144,35 @@ func TestHeartbeatsGoOnWhileTheLedgerHangs(t *testing.T) {
 				}
 			}
 
-			bRan := make(chan struct{}, 16)
-			b := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
-				if job.ID != "J" {
-					return nil
-				}
-				if aRunning.Load() {
-					overlap.Store(true)
-				}
-				bRan <- struct{}{}
-				return nil
-			}), servertest.Logger(t))
-			startPool(t, b)
-
-			select {
-			case <-bRan:
-			case <-time.After(14 * time.Second):
-				return // J stayed with A (kept alive, or given up in time): fine
-			}
-			if overlap.Load() {
+			if bRunsJBesideA(t, obj, &aRunning) {
 				t.Fatal("pool B ran J while pool A's handler of J still ran: A's heartbeat loop was stuck on ledger I/O that is not bounded by the give-up time, so J got no InProgress and its lease/claim ran out without A cancelling its handler")
 			}
 		})
+	}
+}
+
+// bRunsJBesideA starts pool B on obj and reports whether it ran job J while
+// pool A's handler of J still ran (aRunning); false if B did not run J in
+// 14s, as when A kept J alive or gave it up in time.
+func bRunsJBesideA(t *testing.T, obj *Objects, aRunning *atomic.Bool) bool {
+	t.Helper()
+	var overlap atomic.Bool
+	bRan := make(chan struct{}, 16)
+	b := NewPool(obj, handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
+		if job.ID != "J" {
+			return nil
+		}
+		if aRunning.Load() {
+			overlap.Store(true)
+		}
+		bRan <- struct{}{}
+		return nil
+	}), servertest.Logger(t))
+	startPool(t, b)
+	select {
+	case <-bRan:
+		return overlap.Load()
+	case <-time.After(14 * time.Second):
+		return false
 	}
 }
