@@ -133,3 +133,20 @@ func runCmdIn(t *testing.T, dir string, args ...string) result {
 	}
 	return r
 }
+
+// A directory given to import opened fine and read as no input: import
+// connected and failed there (exit 1), or, with a server, imported nothing.
+// A directory is the wrong argument, bad usage like a missing file.
+func TestImportOfADirectoryIsBadUsage(t *testing.T) {
+	t.Parallel()
+	r := jobq(t, "import", t.TempDir(), "--server", "nats://"+freeAddr(t))
+	wantOneLineError(t, r, 2, "is a directory")
+}
+
+// Go's flag package words a bad boolean "invalid boolean value … for
+// -json", which named the flag as it is not typed.
+func TestBadBooleanFlagIsNamedAsTyped(t *testing.T) {
+	t.Parallel()
+	r := jobq(t, "import", "--json=maybe", "-")
+	wantOneLineError(t, r, 2, `"maybe" for --json`)
+}

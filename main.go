@@ -389,9 +389,13 @@ func flagError(err error) string {
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
 		return "flag needs an argument: " + dashes(name)
 	}
-	if before, after, ok := strings.Cut(msg, " for flag -"); ok {
-		name, rest, _ := strings.Cut(after, ":")
-		return before + " for " + dashes(name) + ":" + rest
+	// "invalid value … for flag -name: …", and for a boolean flag
+	// "invalid boolean value … for -name: …".
+	for _, sep := range []string{" for flag -", " for -"} {
+		if before, after, ok := strings.Cut(msg, sep); ok {
+			name, rest, _ := strings.Cut(after, ":")
+			return before + " for " + dashes(name) + ":" + rest
+		}
 	}
 	return msg
 }
@@ -1507,6 +1511,9 @@ func importJobs(c *cli.Context) error {
 			return fmt.Errorf("read jobs: %w", err)
 		}
 		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return badUsage("import %s: is a directory; give a file of NDJSON lines, or - for stdin", name)
+		}
 		in = f
 	}
 	total, err := countJobLines(in)

@@ -7,8 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
 )
 
 func TestVersionAndCompletion(t *testing.T) {
@@ -94,6 +99,17 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("jobq.service lacks %q", strings.TrimSpace(want))
 		}
 	}
+	// systemd SIGKILLs a stop that takes longer than TimeoutStopSec; the
+	// graceful stop's bounds (see the unit's comment) must fit in it.
+	stopSec := regexp.MustCompile(`\nTimeoutStopSec=(\d+)\n`).FindStringSubmatch(unit)
+	if stopSec == nil {
+		t.Fatal("jobq.service lacks TimeoutStopSec=SECONDS")
+	}
+	secs, _ := strconv.Atoi(stopSec[1])
+	worst := shutdownTimeoutDefault(t) + 15*time.Second + 2*10*time.Second + 30*time.Second
+	if time.Duration(secs)*time.Second < worst {
+		t.Errorf("jobq.service: TimeoutStopSec=%d is shorter than a stop may take (%s)", secs, worst)
+	}
 	known := map[string]bool{}
 	for _, cmd := range newApp(strings.NewReader(""), io.Discard, io.Discard).Commands {
 		for _, f := range cmd.Flags {
@@ -109,4 +125,18 @@ func TestSystemdUnit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// shutdownTimeoutDefault is jobq serve's --shutdown-timeout default.
+func shutdownTimeoutDefault(t *testing.T) time.Duration {
+	t.Helper()
+	for _, cmd := range newApp(strings.NewReader(""), io.Discard, io.Discard).Commands {
+		for _, f := range cmd.Flags {
+			if d, ok := f.(*cli.DurationFlag); ok && cmd.Name == "serve" && d.Name == "shutdown-timeout" {
+				return d.Value
+			}
+		}
+	}
+	t.Fatal("jobq serve has no --shutdown-timeout")
+	return 0
 }
