@@ -22,6 +22,9 @@ func TestSameOrigin(t *testing.T) {
 		{"same origin", map[string]string{"Origin": "http://jobq.local:8222", "Sec-Fetch-Site": "same-origin"}, true},
 		{"same origin, any case", map[string]string{"Origin": "http://JOBQ.local:8222"}, true},
 		{"typed by the user", map[string]string{"Sec-Fetch-Site": "none"}, true},
+		// nginx passes on proxy_set_header Host $proxy_host by default: the
+		// Host is the upstream's address, not the page's.
+		{"behind a proxy that sets Host", map[string]string{"Origin": "https://jobq.example.com", "Sec-Fetch-Site": "same-origin", "Referer": "https://jobq.example.com/"}, true},
 		{"same referer", map[string]string{"Referer": "http://jobq.local:8222/?id=x"}, true},
 		{"cross-site", map[string]string{"Sec-Fetch-Site": "cross-site"}, false},
 		{"same-site", map[string]string{"Sec-Fetch-Site": "same-site"}, false},
