@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigArgs(t *testing.T) {
@@ -120,6 +121,15 @@ timeout: 3s
 			env:  map[string]string{"JOBQ_WORKERS": "", "JOBQ_STORE_DIR": "", "JOBQ_DEMO": ""},
 			want: []string{"jobq", "serve", "--handler", "job.email.*=exec:./send.sh a,b", "--handler", "job.sms=log", "--workers", "8"},
 		},
+		// The parser takes an empty JOBQ_HANDLER as one empty route, bad
+		// usage; with a config file it was ignored and the file's routes
+		// ran, so the same variable was an error or nothing.
+		{
+			name: "an empty repeatable variable wins as the parser takes it",
+			args: []string{"jobq", "serve", "--config", file},
+			env:  map[string]string{"JOBQ_HANDLER": ""},
+			want: []string{"jobq", "serve", "--demo=true", "--store-dir", "/var/lib/jobq", "--workers", "8"},
+		},
 		// A key with no value was dropped, silently: listen: meant the
 		// default address, not none.
 		{name: "no value is the empty one", args: []string{"jobq", "serve", "--config", noListen}, want: []string{"jobq", "serve", "--listen", ""}},
@@ -140,5 +150,24 @@ timeout: 3s
 				t.Errorf("got %q, %v\nwant %q", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// An empty JOBQ_HANDLER is one empty route, bad usage, whether or not a
+// config file names handlers; with one, it was ignored, and serve ran the
+// file's handlers.
+func TestEmptyHandlerVariableIsBadUsageWithAConfigToo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "jobq.yaml")
+	if err := os.WriteFile(file, []byte("handler: [job.x=log]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"serve", "--store-dir", filepath.Join(dir, "store"), "--listen", "127.0.0.1:0", "--http", ""},
+		{"serve", "--config", file, "--store-dir", filepath.Join(dir, "store"), "--listen", "127.0.0.1:0", "--http", ""},
+	} {
+		r := runCmd(t, cmdInput{env: []string{"JOBQ_HANDLER="}, timeout: time.Minute}, jobqBin, args...)
+		wantOneLineError(t, r, 2, `--handler ""`)
 	}
 }

@@ -258,11 +258,12 @@ func flagValueOK(f cli.Flag, v string) error {
 
 // envWins reports whether f's environment variable is set so that the flag
 // parser takes it: an empty one it takes for text and true/false flags
-// only, and ignores for the rest, where the config file's value stands.
+// only (for a repeatable one, such as JOBQ_HANDLER, as one empty value),
+// and ignores for the rest, where the config file's value stands.
 func envWins(f cli.Flag, lookupEnv func(string) (string, bool)) bool {
 	v, set := lookupEnv(env(f.Names()[0])[0])
 	switch f.(type) {
-	case *cli.StringFlag, *cli.BoolFlag:
+	case *cli.StringFlag, *cli.StringSliceFlag, *cli.BoolFlag:
 		return set
 	}
 	return set && v != ""
