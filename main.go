@@ -894,6 +894,9 @@ func serve(c *cli.Context) (err error) {
 			return interrupted(err)
 		}
 		log.Info().Str("server", redactURL(url)).Msg("using external nats server")
+		if unused := embeddedOnly(c); len(unused) > 0 {
+			log.Warn().Strs("flags", unused).Msg("these settings are for the embedded server, which --server leaves out: they do nothing")
+		}
 	} else {
 		// err is serve's own: the deferred Shutdown below reports its
 		// failure through it (with := it set a shadow, and serve exited 0).
@@ -1005,6 +1008,20 @@ func serve(c *cli.Context) (err error) {
 		}
 	}
 	return failure
+}
+
+// embeddedOnly lists the flags set (on the command line, by a JOBQ_
+// variable or a --config file) that only the embedded server reads, such
+// as --store-dir: with --server they do nothing. They are not refused, as
+// one environment (the systemd unit's JOBQ_STORE_DIR) may serve both.
+func embeddedOnly(c *cli.Context) []string {
+	var set []string
+	for _, name := range []string{"store-dir", "listen", "sync", "max-memory", "tls-cert", "tls-key", "nkey", "insecure"} {
+		if c.IsSet(name) {
+			set = append(set, "--"+name)
+		}
+	}
+	return set
 }
 
 // closeConn drains nc and waits until it is closed; name says which

@@ -1331,9 +1331,15 @@ func TestCLIClientSettings(t *testing.T) {
 func TestCLIServeWithExternalServer(t *testing.T) {
 	t.Parallel()
 	broker := startServe(t, serveOpts{})
-	startServe(t, serveOpts{args: []string{"--server", broker.url, "--handler", "job.>=log"}})
+	worker := startServe(t, serveOpts{args: []string{"--server", broker.url, "--handler", "job.>=log", "--sync", "always"}})
 	broker.enqueue(t, "job.ext", "x", "ext-1")
 	broker.waitState(t, "ext-1", "done")
+	// startServe passes --store-dir and --listen, which the external
+	// server leaves without effect; serve says so rather than take them
+	// silently.
+	if log := worker.logText(); !strings.Contains(log, `"flags":["--store-dir","--listen","--sync"]`) || !strings.Contains(log, "they do nothing") {
+		t.Errorf("serve --server with --store-dir, --listen and --sync: no warning that they do nothing; log:\n%s", worker.logTail(30))
+	}
 }
 
 // jobq serve --server reaches a server whose TLS certificate a private CA
