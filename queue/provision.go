@@ -186,6 +186,11 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if err := keepsWhatItStores("stream "+want.Name, have, true); err != nil {
 		return nil, "", err
 	}
+	if have.AllowMsgTTL {
+		// The server takes no edit that turns them off again.
+		log.Warn().Str("stream", want.Name).
+			Msg("stream allows per-message TTLs, which cannot be turned off: a message another client publishes with a Nats-TTL header expires unrun, with no dead letter; to close this, let it drain, stop jobq, delete the stream (nats stream rm " + want.Name + ") and start jobq again")
+	}
 	next := have
 	next.Subjects, next.Duplicates, next.Discard, next.MaxBytes = want.Subjects, want.Duplicates, want.Discard, want.MaxBytes
 	// Limits that would delete stored jobs or dead letters, and publishes
