@@ -202,6 +202,9 @@ func (p *Pool) makeWorkerAnew(ctx context.Context) {
 		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: another pool created it again")
 	case errors.Is(err, ErrConflict):
 		p.log.Error().Err(conflictAfter(err, nil)).Msg("consumer " + ConsumerWorker + " was deleted and another client made it again, as jobq cannot use it: no job is fetched until it is put right")
+	case err != nil && ctx.Err() != nil:
+		// Stop cut it off: the next start provisions it.
+		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted, and the pool stopped before it was made again; jobq makes it at its next start")
 	case err != nil:
 		p.log.Error().Err(err).Msg("consumer " + ConsumerWorker + " is gone and could not be created again; restart jobq")
 	case strings.HasSuffix(change, wasUpdated):

@@ -88,3 +88,20 @@ func (b beatenToCreate) CreateConsumer(ctx context.Context, stream string, cfg j
 	}
 	return b.JetStream.CreateConsumer(ctx, stream, cfg)
 }
+
+// Stop cut off the making of WORKER anew: that is no failure to be fixed
+// by a restart (the next start makes it), which the log said.
+func TestMakeWorkerAnewCutOffByStopSaysSo(t *testing.T) {
+	t.Parallel()
+	obj := objectsWith(t, Config{})
+	if err := obj.JS.DeleteConsumer(context.Background(), StreamJob, ConsumerWorker); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var buf bytes.Buffer
+	NewPool(obj, nil, zerolog.New(&buf)).makeWorkerAnew(ctx)
+	if got := buf.String(); strings.Contains(got, "restart jobq") || strings.Contains(got, `"level":"error"`) || !strings.Contains(got, "at its next start") {
+		t.Errorf("log: %s; want a warning that the next start makes WORKER, and no error asking for a restart", got)
+	}
+}
