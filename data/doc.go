@@ -22,6 +22,12 @@
 // lapse; the next delivery takes the claim over and marks the attempt
 // Resumed, since the dead worker may have had effects.
 //
+// A job that failed for good is first recorded retrying, awaiting its dead
+// letter (AwaitingDeadLetter), with a compare-and-set on its claim; only
+// then is its dead letter stored, and the record made failed. So a holder
+// whose claim was taken over stores no dead letter, and a delivery in
+// between is dead-lettered without running (ErrAwaitingDeadLetter).
+//
 // Invariants the Ledger keeps:
 //   - At most one live claim per job ID: claims are creates or
 //     compare-and-sets on the record's revision.

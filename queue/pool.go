@@ -34,7 +34,9 @@ const opTimeout = 10 * time.Second
 //  2. run the handler, renewing the claim or the lease and sending
 //     InProgress every AckWait/3 so the job is not redelivered while it
 //     runs;
-//  3. record the outcome with a compare-and-set on the claim;
+//  3. record the outcome with a compare-and-set on the claim; for a job
+//     that failed for good, the record that it awaits its dead letter,
+//     then its dead letter, then its failed record (see fail);
 //  4. then ack (done, dead-lettered) or Nak with the retry delay.
 //
 // A crash anywhere leaves the job in JOB unacked, so it is redelivered; the
@@ -1074,14 +1076,37 @@ func (p *Pool) fail(ctx context.Context, it *inflight, claim *data.Claim, cause 
 		p.nak(msg, delay, log)
 		return
 	}
+	if claim != nil {
+		// The job failed for good. Its record says so first, awaiting its
+		// dead letter (data.AwaitingDeadLetter): a compare-and-set on its
+		// claim, or, for a job on the pool's lease, the write through its
+		// prepared claim that creates its record. So only the job's holder
+		// stores its dead letter: a claim that lapsed while the handler
+		// ran, which another worker took over, is refused here, and that
+		// worker's run decides. Dead-lettered and acked first, the job was
+		// both done (or running) there and in DLQ. From here a redelivery
+		// is dead-lettered without running (see deadLetterAwaiting), were
+		// the process to die before the job is acked.
+		if err := p.ledger.Retry(ctx, claim, took, data.AwaitingDeadLetter+cause.Error()); err != nil {
+			if errors.Is(err, data.ErrClaimLost) {
+				it.mu.Lock()
+				it.superseded = true
+				it.mu.Unlock()
+			}
+			p.recordFailed(it, err, log.With().AnErr("cause", cause).Logger())
+			return
+		}
+	}
 	if err := p.deadLetter(ctx, job, msg.Headers(), cause.Error()); err != nil {
 		// Whatever kept its dead letter out (a full DLQ, a publish that
 		// timed out), the job failed for good: it awaits its dead letter
-		// without running again. Left unrecorded, it was delivered again
-		// after the ack wait and ran again, and, after its last delivery,
-		// the sweep dead-lettered it with an earlier attempt's error.
+		// without running again, as its record says. (Left unrecorded,
+		// it was delivered again after the ack wait and ran again, and,
+		// after its last delivery, the sweep dead-lettered it with an
+		// earlier attempt's error.) One too large for DLQ waits so too,
+		// each delivery, until the sweep leaves it in JOB, logged.
 		if claim != nil && !errors.Is(err, errTooLargeForDLQ) {
-			p.awaitDeadLetter(ctx, it, claim, cause, err, log)
+			p.awaitDeadLetter(it, cause, err, log)
 			return
 		}
 		log.Error().Err(err).AnErr("cause", cause).Msg("dead-letter job: left in JOB for the sweep")
@@ -1110,16 +1135,11 @@ func (p *Pool) deadLettered(ctx context.Context, msg jetstream.Msg, job *data.Jo
 	p.ack(ctx, msg, log)
 }
 
-// awaitDeadLetter holds a job that failed for good and whose dead letter DLQ
-// had no room for (refused): its record says so (data.AwaitingDeadLetter),
-// and it is released, to be dead-lettered on a later delivery without
-// running again (see deadLetterAwaiting), or by the sweep.
-func (p *Pool) awaitDeadLetter(ctx context.Context, it *inflight, claim *data.Claim, cause, refused error, log zerolog.Logger) {
-	if err := p.ledger.Retry(ctx, claim, it.took, data.AwaitingDeadLetter+cause.Error()); err != nil {
-		log.Error().Err(refused).AnErr("cause", cause).Msg("dead-letter job: left in JOB for the sweep")
-		p.recordFailed(it, err, log)
-		return
-	}
+// awaitDeadLetter releases a job that failed for good and whose dead letter
+// DLQ had no room for (refused). Its record says so already (see fail): it
+// is dead-lettered on a later delivery without running again (see
+// deadLetterAwaiting), or by the sweep.
+func (p *Pool) awaitDeadLetter(it *inflight, cause, refused error, log zerolog.Logger) {
 	delay := p.cfg.backoff(it.job.Attempt)
 	why := "job failed for good, and DLQ has no room for its dead letter: released, to be dead-lettered without running again"
 	if !isFull(refused) {
