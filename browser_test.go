@@ -240,6 +240,40 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("lookup of charge-1041: got %q, want its record", got)
 	}
 
+	// Remove the other dead letter: the page asks first, and a No keeps it.
+	var accept atomic.Bool
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	asked := make(chan string, 4)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			asked <- ev.Message
+			if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept.Load()}); err != nil && ctx.Err() == nil {
+				t.Errorf("answer the page's question: %v", err)
+			}
+		}
+	}()
+	do("navigate", chromedp.Navigate(base+"/"))
+	do("click Remove, answer no", chromedp.Click(chromedp.CSS(`button[aria-label="Remove charge-1042"]`)))
+	if q := <-asked; !strings.Contains(q, "charge-1042") || !strings.Contains(q, "will not run") {
+		t.Errorf("Remove asked %q, want a question naming charge-1042", q)
+	}
+	reloadUntil(map[string]string{"dlq-jobs": "1"})
+	accept.Store(true)
+	if _, err := chromedp.Run(ctx, chromedp.WaitEvent(page.LoadEventFired, nil,
+		chromedp.Click(chromedp.CSS(`button[aria-label="Remove charge-1042"]`)))); err != nil {
+		t.Fatalf("click Remove of charge-1042: %v", err)
+	}
+	<-asked
+	if got := text(".flash"); got != "Removed 1 dead letter: its job will not run." {
+		t.Errorf("after Remove: got message %q, want Removed 1 dead letter", got)
+	}
+	if got := text("#dlq-jobs"); got != "0" {
+		t.Errorf("dead letters after removing charge-1042: got %s, want 0", got)
+	}
+
 	// On a phone's width nothing makes the page scroll sideways.
 	do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(base+"/"))
 	if got := eval(`String(document.documentElement.scrollWidth) + " " + String(document.documentElement.clientWidth)`); func() bool {

@@ -172,6 +172,10 @@ type DeadLetter struct {
 	storedAt time.Time
 }
 
+// Stored is when DLQ stored d: with Seq, it names d, and no dead letter of
+// a DLQ made anew since d was read.
+func (d DeadLetter) Stored() time.Time { return d.at }
+
 func deadLetterFrom(m *jetstream.RawStreamMsg) DeadLetter {
 	h := m.Header
 	d := DeadLetter{

@@ -28,6 +28,10 @@ const (
 	PathRetry = "/dlq/retry"
 	// PathRetryAll re-drives every dead letter (POST).
 	PathRetryAll = "/dlq/retry-all"
+	// PathRemove deletes one dead letter, its DLQ sequence in the form
+	// field seq and when DLQ stored it in stored, Unix nanoseconds, which
+	// must match (POST).
+	PathRemove = "/dlq/rm"
 )
 
 // Limits of the page.
@@ -94,8 +98,8 @@ type Config struct {
 }
 
 // Dashboard is jobq's web page: queue depth, jobs in flight, counts, a
-// throughput chart, the recent jobs, the dead letters with a Retry button
-// each, and a job lookup in the ledger. It is an http.Handler for the
+// throughput chart, the recent jobs, the dead letters with a Retry and a
+// Remove button each, and a job lookup in the ledger. It is an http.Handler for the
 // paths above; GET never changes state, and a POST must come from the
 // page's own origin. It is safe for concurrent use.
 type Dashboard struct {
@@ -113,6 +117,7 @@ func New(cfg Config) *Dashboard {
 	mux.HandleFunc("GET "+PathPage+"{$}", d.page)
 	mux.HandleFunc("POST "+PathRetry, d.retry)
 	mux.HandleFunc("POST "+PathRetryAll, d.retryAll)
+	mux.HandleFunc("POST "+PathRemove, d.remove)
 	d.handler = cfg.Auth.Require(mux)
 	return d
 }
@@ -127,6 +132,7 @@ func (d *Dashboard) Register(mux *http.ServeMux) {
 	mux.Handle("GET "+PathPage+"{$}", d)
 	mux.Handle("POST "+PathRetry, d)
 	mux.Handle("POST "+PathRetryAll, d)
+	mux.Handle("POST "+PathRemove, d)
 }
 
 // view is what the page template shows.
@@ -254,6 +260,10 @@ func flashOf(q url.Values) *flash {
 		return &flash{"error", "Retried " + plural(retried, "dead letter") + "; " + plural(failed, "retry") + " failed: see jobq's log."}
 	case q.Has("retried"):
 		return &flash{"ok", "Retried " + plural(retried, "dead letter") + ": back in JOB."}
+	case q.Get("removed") == "0":
+		return &flash{"error", "The dead letter could not be removed: see jobq's log."}
+	case q.Has("removed"):
+		return &flash{"ok", "Removed 1 dead letter: its job will not run."}
 	}
 	return nil
 }
@@ -294,6 +304,41 @@ func (d *Dashboard) retry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, PathPage+"?retried=1", http.StatusSeeOther)
+}
+
+// remove deletes one dead letter and redirects back to the page. The form
+// names when DLQ stored it too: a DLQ made anew since the page was read may
+// hold another job's dead letter at that sequence, which a removal, unlike
+// a retry, would lose for good.
+func (d *Dashboard) remove(w http.ResponseWriter, r *http.Request) {
+	if !d.allowPost(w, r) {
+		return
+	}
+	seq, err := strconv.ParseUint(r.PostFormValue("seq"), 10, 64)
+	stored, serr := strconv.ParseInt(r.PostFormValue("stored"), 10, 64)
+	if err != nil || serr != nil || seq == 0 {
+		http.Error(w, "400 bad request: want the form fields seq, a dead letter's DLQ sequence, and stored, when DLQ stored it (Unix nanoseconds)", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), retryTimeout)
+	defer cancel()
+	dl, err := queue.DeadLetterAt(ctx, d.cfg.Objects, seq)
+	if err == nil && dl.Stored().UnixNano() != stored {
+		err = queue.ErrNoDeadLetter // another job's, of a DLQ made anew
+	}
+	if err == nil {
+		err = queue.RemoveDeadLetter(ctx, d.cfg.Objects, dl)
+	}
+	switch {
+	case errors.Is(err, queue.ErrNoDeadLetter):
+		http.Redirect(w, r, PathPage+"?gone=1", http.StatusSeeOther)
+	case err != nil:
+		d.cfg.Log.Error().Err(err).Uint64("dlq_seq", seq).Msg("remove dead letter from the dashboard")
+		http.Redirect(w, r, PathPage+"?removed=0", http.StatusSeeOther)
+	default:
+		d.cfg.Log.Info().Str("job_id", dl.ID).Str("subject", dl.Subject).Uint64("dlq_seq", dl.Seq).Msg("dead letter removed from the dashboard")
+		http.Redirect(w, r, PathPage+"?removed=1", http.StatusSeeOther)
+	}
 }
 
 // retryAll re-drives every dead letter and redirects back to the page.

@@ -316,13 +316,61 @@ func TestRetry(t *testing.T) {
 	})
 }
 
+// Sidekiq's and asynq's dashboards delete a dead job; jobq's offered
+// only Retry, and a dead letter not to be run again needed jobq dlq rm.
+func TestRemove(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Auth{})
+	b.enqueue(t, "job.fail.charge", "charge-1")
+	b.enqueue(t, "job.fail.charge", "charge-2")
+	body := b.waitPage(t, count("dlq-jobs", 2))
+	dead := b.deadLetters(t)
+	stored := func(d queue.DeadLetter) string { return strconv.FormatInt(d.Stored().UnixNano(), 10) }
+	mustContain(t, body, `aria-label="Remove charge-1"`, `name="stored" value="`+stored(dead[0])+`"`)
+
+	t.Run("one", func(t *testing.T) {
+		r := b.do(t, http.MethodPost, "/dlq/rm", url.Values{"seq": {strconv.FormatUint(dead[0].Seq, 10)}, "stored": {stored(dead[0])}}, "Origin: "+b.url, "Sec-Fetch-Site: same-origin")
+		if r.code != http.StatusSeeOther || r.location != "/?removed=1" {
+			t.Fatalf("POST /dlq/rm: got %d to %q, want 303 to /?removed=1:\n%s", r.code, r.location, r.body)
+		}
+		if got := b.deadLetters(t); len(got) != 1 || got[0].ID != dead[1].ID {
+			t.Errorf("dead letters after removing %s: got %+v, want only %s", dead[0].ID, got, dead[1].ID)
+		}
+		mustContain(t, b.page(t, r.location), "Removed 1 dead letter: its job will not run.", count("dlq-jobs", 1))
+	})
+	t.Run("again", func(t *testing.T) {
+		r := b.do(t, http.MethodPost, "/dlq/rm", url.Values{"seq": {strconv.FormatUint(dead[0].Seq, 10)}, "stored": {stored(dead[0])}})
+		if r.code != http.StatusSeeOther || r.location != "/?gone=1" {
+			t.Fatalf("POST /dlq/rm of a removed one: got %d to %q, want 303 to /?gone=1", r.code, r.location)
+		}
+	})
+	// What the page showed at that sequence is gone: another dead letter
+	// there now (DLQ made anew since) is kept.
+	t.Run("another dead letter at the sequence", func(t *testing.T) {
+		r := b.do(t, http.MethodPost, "/dlq/rm", url.Values{"seq": {strconv.FormatUint(dead[1].Seq, 10)}, "stored": {stored(dead[0])}})
+		if r.code != http.StatusSeeOther || r.location != "/?gone=1" {
+			t.Fatalf("POST /dlq/rm with another stored time: got %d to %q, want 303 to /?gone=1", r.code, r.location)
+		}
+		if got := b.deadLetters(t); len(got) != 1 {
+			t.Errorf("dead letters after a removal of another: got %d, want 1 kept", len(got))
+		}
+	})
+	t.Run("bad form", func(t *testing.T) {
+		for _, form := range []url.Values{{"seq": {"x"}, "stored": {"1"}}, {"seq": {"1"}}} {
+			if r := b.do(t, http.MethodPost, "/dlq/rm", form); r.code != http.StatusBadRequest {
+				t.Errorf("POST /dlq/rm %v: got %d, want 400", form, r.code)
+			}
+		}
+	})
+}
+
 func TestGetChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Auth{})
 	b.enqueue(t, "job.fail.charge", "charge-1")
 	b.waitPage(t, count("dlq-jobs", 1))
 	seq := strconv.FormatUint(b.deadLetters(t)[0].Seq, 10)
-	for _, path := range []string{"/dlq/retry?seq=" + seq, "/dlq/retry-all", "/?retried=1&seq=" + seq} {
+	for _, path := range []string{"/dlq/retry?seq=" + seq, "/dlq/retry-all", "/dlq/rm?seq=" + seq, "/?retried=1&seq=" + seq} {
 		r := b.do(t, http.MethodGet, path, nil)
 		if path[1] == 'd' && r.code != http.StatusMethodNotAllowed {
 			t.Errorf("GET %s: got %d, want 405", path, r.code)
@@ -342,6 +390,7 @@ func TestCrossOriginPostRejected(t *testing.T) {
 	b.enqueue(t, "job.fail.charge", "charge-1")
 	b.waitPage(t, count("dlq-jobs", 1))
 	seq := strconv.FormatUint(b.deadLetters(t)[0].Seq, 10)
+	stored := strconv.FormatInt(b.deadLetters(t)[0].Stored().UnixNano(), 10)
 	host := strings.TrimPrefix(b.url, "http://")
 	for _, tt := range []struct {
 		name   string
@@ -361,13 +410,13 @@ func TestCrossOriginPostRejected(t *testing.T) {
 		{"no browser headers", nil, http.StatusSeeOther},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, path := range []string{"/dlq/retry", "/dlq/retry-all"} {
-				form := url.Values{"seq": {seq}}
+			for _, path := range []string{"/dlq/retry", "/dlq/retry-all", "/dlq/rm"} {
+				form := url.Values{"seq": {seq}, "stored": {stored}}
 				if tt.want != http.StatusForbidden {
 					if path == "/dlq/retry-all" {
 						continue
 					}
-					form = url.Values{"seq": {"999"}}
+					form = url.Values{"seq": {"999"}, "stored": {stored}}
 				}
 				if r := b.do(t, http.MethodPost, path, form, tt.header...); r.code != tt.want {
 					t.Errorf("POST %s with %q: got %d, want %d: %s", path, tt.header, r.code, tt.want, r.body)
