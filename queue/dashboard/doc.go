@@ -10,7 +10,7 @@
 // keeps the counts, the throughput history and the recent jobs in memory.
 //
 // Invariants:
-//   - GET never changes state; the re-drives are POSTs, rejected with 403
+//   - GET never changes state; re-drives and removals are POSTs, rejected with 403
 //     when a browser sent them from another origin (Sec-Fetch-Site, Origin,
 //     Referer), and answered with a 303 back to the page.
 //   - With an Auth enabled, every request must present it (401 otherwise);
