@@ -94,6 +94,11 @@ func TestSystemdUnit(t *testing.T) {
 	for _, want := range []string{
 		"\nDynamicUser=yes\n", "\nStateDirectory=jobq\n", "\nProtectSystem=strict\n", "\nRestart=on-failure\n",
 		"\nNoNewPrivileges=yes\n", "\nCapabilityBoundingSet=\n", "\nExecStart=/usr/local/bin/jobq serve\n", "\nKillSignal=SIGTERM\n",
+		// SIGTERM to jobq alone: with systemd's default, control-group, each
+		// exec handler's command got it at once too, and its job failed an
+		// attempt (exit status 143; dead-lettered on its last) instead of
+		// running on for --shutdown-timeout.
+		"\nKillMode=mixed\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("jobq.service lacks %q", strings.TrimSpace(want))

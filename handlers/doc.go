@@ -43,7 +43,8 @@
 // Failures are *ExitError values carrying the status and the tail of stderr.
 // A process killed by a signal reports 128 plus the signal number, as sh does.
 // When ctx ends, the command's whole process group gets SIGTERM, then SIGKILL
-// 5 seconds later.
+// 5 seconds later if any of it is left, though the command's own sh ended at
+// once.
 //
 // # HTTP
 //

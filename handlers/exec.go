@@ -49,6 +49,7 @@ type ExecOptions struct {
 	// Dir is the command's working directory. Defaults to the current one.
 	Dir string
 	// Stdout, if set, receives the command's stdout. Defaults to discarding it.
+	// Write errors are ignored: the command's exit status decides.
 	Stdout io.Writer
 	// Stderr, if set, also receives the command's stderr, which is always
 	// captured (its last 4 KiB) for the ExitError. Write errors are ignored.
@@ -60,11 +61,16 @@ type ExecOptions struct {
 // JOBQ_JOB_ID, JOBQ_SUBJECT, JOBQ_ATTEMPT, JOBQ_SEQ and JOBQ_RESUMED ("1" or
 // "0").
 //
+// Stdout and Stderr, unless an *os.File, are written one write at a time,
+// across the jobs that run at once too, so one writer that is not safe for
+// concurrent use may be given as both.
+//
 // Exit status 0 means done. ExitPermanent returns a Permanent *ExitError; any
 // other status returns a retryable *ExitError. A command that cannot start
 // returns a retryable error. When ctx ends, the command's process group gets
-// SIGTERM, and SIGKILL 5 seconds later if it is still running; Process then
-// returns an error wrapping ctx.Err() and kills what is left of the group.
+// SIGTERM, and SIGKILL 5 seconds later if any of it is still running;
+// Process returns once the whole group is gone, or at the SIGKILL, with an
+// error wrapping ctx.Err(), and kills what is left of the group.
 func Exec(command string, opts ExecOptions) Handler {
 	opts.Env = slices.Clone(opts.Env)
 	return &execHandler{command: command, opts: opts}
@@ -73,6 +79,7 @@ func Exec(command string, opts ExecOptions) Handler {
 type execHandler struct {
 	command string
 	opts    ExecOptions
+	mu      sync.Mutex // serializes writes to opts.Stdout and opts.Stderr, across jobs
 }
 
 // Process runs the command for job.
@@ -89,15 +96,14 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	cmd.Env = h.env(job)
 	cmd.Stdin = bytes.NewReader(job.Payload)
 
-	var mu sync.Mutex // serializes writes to the caller's writers
 	tail := &tailBuffer{limit: stderrTailSize}
-	cmd.Stderr = &stderrWriter{tail: tail, user: h.opts.Stderr, mu: &mu}
+	cmd.Stderr = &stderrWriter{tail: tail, user: userWriter{w: h.opts.Stderr, mu: &h.mu}}
 	switch w := h.opts.Stdout.(type) {
 	case nil:
 	case *os.File:
 		cmd.Stdout = w
 	default:
-		cmd.Stdout = &lockedWriter{w: w, mu: &mu}
+		cmd.Stdout = &userWriter{w: w, mu: &h.mu}
 	}
 
 	g := killGroupOnCancel(cmd, execKillDelay)
@@ -112,7 +118,7 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
-	stopWatch, err := watchGroup(cmd)
+	stopWatch, watchdog, err := watchGroup(cmd)
 	if err != nil {
 		// Unwatched, it could outlive a jobq killed meanwhile.
 		_ = cmd.Cancel()
@@ -122,6 +128,7 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	}
 	defer stopWatch()
 	err = cmd.Wait()
+	g.settle(watchdog)
 	canceled := g.done(ctx)
 
 	if err == nil {
@@ -210,34 +217,35 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 func (t *tailBuffer) String() string { return string(t.buf) }
 
 // stderrWriter keeps the tail of a command's stderr and copies it to the
-// caller's writer, if any, until that fails.
+// caller's writer, if any.
 type stderrWriter struct {
 	tail *tailBuffer
-	user io.Writer
-	mu   *sync.Mutex
+	user userWriter
 }
 
 func (w *stderrWriter) Write(p []byte) (int, error) {
 	_, _ = w.tail.Write(p)
-	if w.user != nil {
-		w.mu.Lock()
-		if _, err := w.user.Write(p); err != nil {
-			w.user = nil // keep the command running; its stderr tail still counts
-		}
-		w.mu.Unlock()
-	}
-	return len(p), nil
+	return w.user.Write(p)
 }
 
-// lockedWriter serializes writes to w with the other writers of a command,
-// so one writer may be given as both Stdout and Stderr.
-type lockedWriter struct {
+// userWriter copies a command's output to a writer of the caller's, w if
+// not nil, until a write fails: the command runs on, and its exit status
+// decides its job, not the writer (whose error Wait returned, failing a
+// command that exited 0). mu serializes the writes with those of the
+// other writers of the handler, its jobs running at once included, so one
+// writer may be given as both Stdout and Stderr.
+type userWriter struct {
 	w  io.Writer
 	mu *sync.Mutex
 }
 
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(p)
+func (w *userWriter) Write(p []byte) (int, error) {
+	if w.w != nil {
+		w.mu.Lock()
+		if _, err := w.w.Write(p); err != nil {
+			w.w = nil
+		}
+		w.mu.Unlock()
+	}
+	return len(p), nil
 }

@@ -22,5 +22,8 @@ func (*groupKiller) done(ctx context.Context) bool { return ctx.Err() != nil }
 // exitCode returns the exit status in ps.
 func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
 
+// settle does nothing here: there is no process group to wait for.
+func (*groupKiller) settle(int) {}
+
 // watchGroup does nothing here: there are no process groups to watch.
-func watchGroup(*exec.Cmd) (func(), error) { return func() {}, nil }
+func watchGroup(*exec.Cmd) (func(), int, error) { return func() {}, 0, nil }

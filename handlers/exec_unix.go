@@ -21,6 +21,7 @@ type groupKiller struct {
 	canceled bool
 	finished bool
 	timer    *time.Timer
+	killAt   time.Time // when timer sends SIGKILL
 }
 
 // killGroupOnCancel starts cmd in a process group of its own and sets its
@@ -37,6 +38,7 @@ func killGroupOnCancel(cmd *exec.Cmd, delay time.Duration) *groupKiller {
 			return os.ErrProcessDone
 		}
 		g.canceled = true
+		g.killAt = time.Now().Add(delay)
 		g.timer = time.AfterFunc(delay, func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -47,6 +49,27 @@ func killGroupOnCancel(cmd *exec.Cmd, delay time.Duration) *groupKiller {
 		return g.signal(syscall.SIGTERM)
 	}
 	return g
+}
+
+// settlePoll is how often settle looks for the group's processes.
+const settlePoll = 20 * time.Millisecond
+
+// settle waits, if the command was cancelled, until its process group has
+// no process left but except (its watchdog) or the SIGKILL is due. Call it
+// once Wait returns, before done: the command's own sh dies on SIGTERM at
+// once, while what it runs in a child (a command whose output goes to a
+// file, say) may still be cleaning up, with none of jobq's pipes open for
+// Wait to wait on.
+func (g *groupKiller) settle(except int) {
+	g.mu.Lock()
+	canceled, killAt := g.canceled, g.killAt
+	g.mu.Unlock()
+	if !canceled {
+		return
+	}
+	for time.Now().Before(killAt) && groupHasOthers(g.cmd.Process.Pid, except) {
+		time.Sleep(min(settlePoll, time.Until(killAt)))
+	}
 }
 
 // done stops the kill timer and reports whether the command was cancelled
@@ -94,10 +117,10 @@ const watchSignals = "HUP INT QUIT ABRT USR1 USR2 PIPE ALRM TERM TSTP TTIN TTOU 
 // passing to another group while it watches (the command's sh, exited, is
 // a zombie member until Wait). It is jobq's child, which stop reaps:
 // orphaned, it would be a zombie under a jobq that is a container's PID 1.
-func watchGroup(cmd *exec.Cmd) (stop func(), err error) {
+func watchGroup(cmd *exec.Cmd) (stop func(), pid int, err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("start the command's watchdog: %w", err)
+		return nil, 0, fmt.Errorf("start the command's watchdog: %w", err)
 	}
 	defer r.Close()
 	wd := exec.Command("sh", "-c", `trap '' `+watchSignals+`; read -r ok; [ "$ok" = ok ] || kill -KILL 0`)
@@ -105,13 +128,13 @@ func watchGroup(cmd *exec.Cmd) (stop func(), err error) {
 	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: cmd.Process.Pid}
 	if err := wd.Start(); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("start the command's watchdog: %w", err)
+		return nil, 0, fmt.Errorf("start the command's watchdog: %w", err)
 	}
 	return func() {
 		_, _ = w.Write([]byte("ok\n"))
 		w.Close()
 		_ = wd.Wait()
-	}, nil
+	}, wd.Process.Pid, nil
 }
 
 // exitCode returns the exit status in ps, or 128 plus the signal number when
