@@ -60,7 +60,10 @@ var defaultHTTPClient = &http.Client{
 // A 2xx status means done. A 4xx status other than 408 and 429 is a Permanent
 // error; any other status and any transport error or timeout is retryable.
 // Errors name the URL without its user info, query or fragment, and show the
-// status and the start of the response body. An invalid rawURL makes every
+// status and the start of the response body. They name the URL by its
+// scheme and host alone ("https://hooks.example.com/…"): they are stored
+// in the ledger and in dead letters, and a webhook URL often holds its
+// secret in its path (Slack's, Discord's). An invalid rawURL makes every
 // job fail permanently; ParseSpec checks it up front.
 func HTTP(rawURL string, client *http.Client) Handler {
 	if client == nil {
@@ -70,12 +73,21 @@ func HTTP(rawURL string, client *http.Client) Handler {
 	if err != nil {
 		return &httpHandler{client: client, err: err}
 	}
-	return &httpHandler{url: rawURL, safeURL: redactURL(rawURL, u), client: client}
+	return &httpHandler{url: rawURL, safeURL: hookOrigin(u), client: client}
+}
+
+// hookOrigin names the hook at u by its scheme and host, the rest elided.
+func hookOrigin(u *url.URL) string {
+	s := u.Scheme + "://" + u.Host
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.ForceQuery {
+		s += "/…"
+	}
+	return s
 }
 
 type httpHandler struct {
 	url     string
-	safeURL string // url fit for errors and logs
+	safeURL string // url fit for errors and logs (see hookOrigin)
 	client  *http.Client
 	err     error // why url is unusable
 }

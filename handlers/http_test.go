@@ -72,7 +72,7 @@ func TestHTTPStatus(t *testing.T) {
 			if err == nil {
 				return
 			}
-			want := "post " + srv.URL + "/hook: status " + strconv.Itoa(tt.status) + " " + http.StatusText(tt.status) + ": reason here"
+			want := "post " + srv.URL + "/…: status " + strconv.Itoa(tt.status) + " " + http.StatusText(tt.status) + ": reason here"
 			if got := err.Error(); got != want {
 				t.Errorf("Error() = %q, want %q", got, want)
 			}
@@ -210,7 +210,7 @@ func TestHTTPTransportError(t *testing.T) {
 		t.Fatalf("Process = %v, want a retryable error", err)
 	}
 	msg := err.Error()
-	if want := "post http://" + addr + "/hook: "; !strings.HasPrefix(msg, want) {
+	if want := "post http://" + addr + "/…: "; !strings.HasPrefix(msg, want) {
 		t.Errorf("Error() = %q, want it to start %q", msg, want)
 	}
 	for _, secret := range []string{"user", "hunter2", "token", "s3cret", "frag"} {
@@ -230,5 +230,21 @@ func TestHTTPInvalidURL(t *testing.T) {
 	}
 	if err := handlers.HTTP("http://127.0.0.1:1/", nil).Process(context.Background(), nil); !handlers.IsPermanent(err) {
 		t.Errorf("Process(nil) = %v, want a permanent error", err)
+	}
+}
+
+// A webhook URL often holds its secret in its path (Slack's
+// /services/T…/B…/SECRET, Discord's /api/webhooks/ID/TOKEN). The errors
+// named the path, and they are stored in the job's record and its dead
+// letter, which the dashboard and jobq job show.
+func TestHTTPErrorsLeaveTheURLPathOut(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no such hook", http.StatusNotFound)
+	}))
+	defer srv.Close()
+	err := handlers.HTTP(srv.URL+"/services/T0001/B0001/XoXoSeCrEt", nil).Process(context.Background(), &data.Job{Subject: "job.x"})
+	if err == nil || strings.Contains(err.Error(), "XoXoSeCrEt") || !strings.Contains(err.Error(), srv.URL+"/…") {
+		t.Errorf("Process = %v, want an error naming %s/… and not the path's secret", err, srv.URL)
 	}
 }
