@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // One at a time after a SIGKILL: an exec handler's command dies with the
@@ -157,4 +158,82 @@ func liveInGroup(t *testing.T, pgid int) []string {
 		live = append(live, stat[:i+1])
 	}
 	return live
+}
+
+// A jobq killed while it starts many commands at once leaves none of them
+// running. Each command's sh ran free from its start until its watchdog
+// joined its group, and with many jobs starting at once that watchdog's
+// own start waited behind theirs: a sh that forked its first child
+// meanwhile (here sleep) was killed by the parent-death signal, but the
+// child ran on, unwatched, beside the job's next attempt. The command now
+// waits for its watchdog before it runs. Before, about two rounds in five
+// left a sleep behind (on 2 cores), so ten rounds nearly always did.
+func TestCLIKilledJobqWhileStartingCommandsLeavesNoneBehind(t *testing.T) {
+	t.Parallel()
+	mark := fmt.Sprintf("KILLTEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
+	handler := "job.crash.>=exec:sleep 300; true"
+	t.Cleanup(func() {
+		for _, p := range markedProcesses(t, mark, 0) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	})
+	for round := range 10 {
+		s := startServe(t, serveOpts{env: []string{mark}, args: []string{"--handler", handler, "--workers", "64"}})
+		publishJobs(t, s.url, 64)
+		// Kill once the first command's child runs: the other commands
+		// are starting then.
+		pid := s.cmd.Process.Pid
+		checkFor(t, waitTimeout, time.Millisecond, func() error {
+			for _, p := range markedProcesses(t, mark, pid) {
+				if p.cmdline == "sleep 300" {
+					return nil
+				}
+			}
+			return errors.New("no command's child runs yet")
+		})
+		s.Kill(t)
+		var left []markedProcess
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if left = markedProcesses(t, mark, 0); len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(left) > 0 {
+			t.Fatalf("round %d: 3s after jobq was SIGKILLed, what its commands started still runs (%d processes): %+v", round+1, len(left), left)
+		}
+	}
+}
+
+type markedProcess struct {
+	pid           int
+	cmdline, stat string
+}
+
+// markedProcesses lists the live processes (not zombies) but except whose
+// environment holds mark, from /proc.
+func markedProcesses(t *testing.T, mark string, except int) []markedProcess {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []markedProcess
+	for _, d := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		if pid == except || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(d + "/environ")
+		if err != nil || !strings.Contains("\x00"+string(env), "\x00"+mark+"\x00") {
+			continue
+		}
+		stat, _ := os.ReadFile(d + "/stat")
+		s := string(stat)
+		if i := strings.LastIndexByte(s, ')'); i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X") {
+			continue
+		}
+		cmdline, _ := os.ReadFile(d + "/cmdline")
+		out = append(out, markedProcess{pid: pid, cmdline: strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")), stat: strings.TrimSpace(s)})
+	}
+	return out
 }

@@ -91,7 +91,11 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 		return fmt.Errorf("run command: %w", err)
 	}
 
-	cmd := exec.CommandContext(ctx, "sh", "-c", "--", h.command)
+	cmd, gate, err := shellCommand(ctx, h.command)
+	if err != nil {
+		return fmt.Errorf("start command: %w", err)
+	}
+	defer gate.shut()
 	cmd.Dir = h.opts.Dir
 	cmd.Env = h.env(job)
 	cmd.Stdin = bytes.NewReader(job.Payload)
@@ -115,18 +119,25 @@ func (h *execHandler) Process(ctx context.Context, job *data.Job) error {
 	// dieWithJobq).
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	gate.started()
+	if err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
 	stopWatch, watchdog, err := watchGroup(cmd)
 	if err != nil {
-		// Unwatched, it could outlive a jobq killed meanwhile.
+		// Unwatched, it could outlive a jobq killed meanwhile: it never
+		// runs, its gate shut.
+		gate.shut()
 		_ = cmd.Cancel()
 		_ = cmd.Wait()
 		g.done(ctx)
 		return err
 	}
 	defer stopWatch()
+	// Only now, its watchdog in its group, may the command run: what it
+	// starts before then would outlive a jobq killed meanwhile.
+	gate.open()
 	err = cmd.Wait()
 	g.settle(watchdog)
 	canceled := g.done(ctx)

@@ -137,6 +137,53 @@ func watchGroup(cmd *exec.Cmd) (stop func(), pid int, err error) {
 	}, wd.Process.Pid, nil
 }
 
+// gateLine is put before the command, on its first line: the command's sh
+// waits until jobq opens its gate (fd 3), then closes it and runs the
+// command; if the gate closes unopened, as when jobq dies first, it exits
+// and the command never runs. On the command's own first line, the command
+// runs as sh -c -- COMMAND ran it (the same $0, $#, line numbers, and a
+// syntax error on that line still runs nothing), in the same process: it
+// leads the command's group, $$ names it, and it keeps its parent-death
+// signal. The variable it reads is unset before the command runs.
+const gateLine = `read -r JOBQ_GATE <&3 && [ "$JOBQ_GATE" = open ] && unset JOBQ_GATE && exec 3<&- || exit 125; `
+
+// shellCommand returns the command that runs command with sh -c, held at a
+// gate until the caller, once it started the command and its watchdog
+// (watchGroup), calls open. The command's sh ran at once before: with many
+// jobs starting together, its watchdog's start could wait behind theirs
+// for some milliseconds, and a child the sh forked meanwhile (its first
+// command) outlived a jobq killed then, unwatched, beside the job's next
+// attempt; the parent-death signal reached only the sh. Call started once
+// Start returned, and shut when done.
+func shellCommand(ctx context.Context, command string) (*exec.Cmd, *commandGate, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, "sh", "-c", "--", gateLine+command)
+	cmd.ExtraFiles = []*os.File{r}
+	return cmd, &commandGate{r: r, w: w}, nil
+}
+
+// commandGate holds jobq's ends of a command's gate.
+type commandGate struct{ r, w *os.File }
+
+// started closes jobq's copy of the end the command reads.
+func (g *commandGate) started() { _ = g.r.Close() }
+
+// open lets the command run.
+func (g *commandGate) open() {
+	_, _ = g.w.Write([]byte("open\n"))
+	_ = g.w.Close()
+}
+
+// shut closes the gate, unopened if open was not called: the command, if
+// it still waits there, exits without running.
+func (g *commandGate) shut() {
+	_ = g.r.Close()
+	_ = g.w.Close()
+}
+
 // exitCode returns the exit status in ps, or 128 plus the signal number when
 // a signal ended the process, as sh reports it.
 func exitCode(ps *os.ProcessState) int {
