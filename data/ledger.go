@@ -171,7 +171,7 @@ func (l *Ledger) Claim(ctx context.Context, job *Job, worker string) (Claim, err
 			// dead-lettered job being run again.
 			next.Attempts = prev.Attempts + 1
 			next.Resumed = prev.State == StateRunning || prev.State == StateFailed && prev.Resumed ||
-				prev.State == StateRetrying && (prev.LastError == CauseCutOff || prev.LastError == CauseReleased && prev.Resumed)
+				prev.State == StateRetrying && (prev.LastError == CauseCutOff || prev.LastError == CauseLeaseLost || prev.LastError == CauseReleased && prev.Resumed)
 			if !prev.FirstAt.IsZero() {
 				next.FirstAt = prev.FirstAt
 			}
@@ -262,6 +262,11 @@ func storedAt(job *Job) time.Time {
 // CauseCutOff is the last error recorded for an attempt that shutdown cut
 // off; the next attempt counts as resumed.
 const CauseCutOff = "attempt cut off by shutdown"
+
+// CauseLeaseLost is the last error recorded for an attempt cut off because
+// its pool's lease lapsed, the ledger taking no renewal in time; the next
+// attempt counts as resumed.
+const CauseLeaseLost = "attempt cut off: its pool's lease lapsed, the ledger taking no renewal in time"
 
 // CauseReleased is the last error recorded for a claimed job that shutdown
 // handed back before its handler started; the next attempt is resumed only

@@ -119,6 +119,13 @@ func TestLedgerRetryAndFail(t *testing.T) {
 	if !c4.Record.Resumed {
 		t.Errorf("claim after a cut-off attempt: got %+v, want resumed", c4.Record)
 	}
+	// So does one cut off by its pool's lease lapsing, recorded as such
+	// rather than as a shutdown's, which it is not.
+	l.Retry(ctx, &c4, 0, data.CauseLeaseLost)
+	c5, _ := l.Claim(ctx, &data.Job{ID: "r", Subject: "job.x", Seq: 3}, "w")
+	if !c5.Record.Resumed || c5.Record.LastError != data.CauseLeaseLost {
+		t.Errorf("claim after an attempt cut off by a lapsed lease: got %+v, want resumed, its last error saying so", c5.Record)
+	}
 }
 
 func TestLedgerFailUnclaimedKeepsDone(t *testing.T) {

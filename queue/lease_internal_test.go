@@ -670,7 +670,7 @@ func TestLeaseRecordOfOneLeaseDoesNotFreeAJobAnotherLeaseRuns(t *testing.T) {
 
 	itK, _ := recJob("K", 2) // A is back, and leases a new batch
 	leaseOne(t, a, itK)
-	if err := a.ledger.Retry(ctx, &itA.claim, time.Millisecond, data.CauseCutOff); err != nil { // as leaseLost does
+	if err := a.ledger.Retry(ctx, &itA.claim, time.Millisecond, data.CauseLeaseLost); err != nil { // as leaseLost does
 		t.Fatal(err)
 	}
 

@@ -834,7 +834,7 @@ func (p *Pool) finishRun(ctx context.Context, it *inflight, herr error) bool {
 func (p *Pool) leaseLost(it *inflight, cause error, log zerolog.Logger) {
 	opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := p.ledger.Retry(opCtx, &it.claim, it.took, data.CauseCutOff); err != nil {
+	if err := p.ledger.Retry(opCtx, &it.claim, it.took, data.CauseLeaseLost); err != nil {
 		it.mu.Lock()
 		it.superseded = errors.Is(err, data.ErrClaimLost)
 		it.mu.Unlock()
