@@ -30,8 +30,9 @@ test: $(BIN)/nats ## run every test with -race (builds the nats CLI for the comp
 	JOBQ_NATS_CLI=$(CURDIR)/$(BIN)/nats $(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
 
 .PHONY: soak
-soak: ## the crash test, long: many jobs, many SIGKILLs
+soak: ## the crash test, long: many jobs, many SIGKILLs; then leader changes on a cluster
 	JOBQ_SOAK=1 $(GO) test -run 'TestCrash' -count=1 -timeout 60m -v .
+	JOBQ_SOAK=1 $(GO) test -run 'StepDown|LeaderChange' -count=1 -timeout 10m -v ./queue/
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for a while

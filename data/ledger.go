@@ -399,6 +399,80 @@ func (l *Ledger) FailUnclaimed(ctx context.Context, job *Job, cause string) erro
 	return fmt.Errorf("record job %s failed: record keeps changing", job.ID)
 }
 
+// AwaitDeadLetter records that job, whose deliveries ran out with no live
+// claim on it, awaits its dead letter (see AwaitingDeadLetter), with cause
+// as its last error, before the caller stores that dead letter: a
+// compare-and-set on the record it read, or a create where there was none.
+// A worker that still holds a delivery of this copy of the job, and claims
+// it, then either wins (its claim came first: AwaitDeadLetter returns
+// ErrClaimed, and the job is left to it) or finds the job awaiting its
+// dead letter and does not run it (see ErrAwaitingDeadLetter). Dead-lettered
+// first and recorded failed after, the job was run by such a worker and was
+// in DLQ as well. It returns ErrAlreadyDone and ErrDeadLettered as Claim
+// does, and the job's record as Claim's Record; a record of another job, of
+// an earlier JOB (see Earlier), is written over. Once the dead letter is
+// stored, the caller records the job failed with Fail on the returned Claim.
+func (l *Ledger) AwaitDeadLetter(ctx context.Context, job *Job, cause string) (Claim, error) {
+	c := Claim{Key: Key(job.ID)}
+	for range 8 {
+		now := time.Now().UTC()
+		rec := Record{ID: job.ID, State: StateRetrying, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: AwaitingDeadLetter + cause, StoredAt: storedAt(job), Resumed: job.Resumed}
+		entry, err := l.kv.Get(ctx, c.Key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err := l.kv.Create(ctx, c.Key, rec.encode())
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // a worker claimed it meanwhile: look again
+			}
+			if err != nil {
+				return c, fmt.Errorf("record job %s awaiting its dead letter: %w", job.ID, err)
+			}
+			c.Revision, c.Record = rev, rec
+			return c, nil
+		case err != nil:
+			return c, fmt.Errorf("record job %s awaiting its dead letter: read record: %w", job.ID, err)
+		}
+		prev, derr := decodeRecord(entry.Value())
+		var earlier bool
+		if derr == nil {
+			if prev.State == StateRunning && now.Before(prev.LeaseUntil) {
+				c.Record = prev
+				return c, ErrClaimed
+			}
+			if earlier, err = l.Earlier(ctx, job.ID, job.EnqueuedAt, prev); err != nil {
+				return c, fmt.Errorf("record job %s awaiting its dead letter: %w", job.ID, err)
+			}
+		}
+		if derr == nil && !earlier {
+			switch {
+			case prev.State == StateDone:
+				c.Record = prev
+				return c, ErrAlreadyDone
+			case prev.DeadLettered(job):
+				c.Record = prev
+				return c, ErrDeadLettered
+			case prev.AwaitsDeadLetter(job):
+				c.Revision, c.Record = entry.Revision(), prev
+				return c, nil
+			}
+			// As FailUnclaimed: a lapsed claim's attempt, or one that a
+			// lease listed, may have run without recording an outcome.
+			rec.Attempts, rec.Worker, rec.FirstAt = prev.Attempts, prev.Worker, prev.FirstAt
+			rec.Resumed = job.Resumed || prev.Resumed || prev.State == StateRunning
+		}
+		rev, err := l.kv.Update(ctx, c.Key, rec.encode(), entry.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // a worker claimed it meanwhile: look again
+		}
+		if err != nil {
+			return c, fmt.Errorf("record job %s awaiting its dead letter: %w", job.ID, err)
+		}
+		c.Revision, c.Record = rev, rec
+		return c, nil
+	}
+	return c, fmt.Errorf("record job %s awaiting its dead letter: its record keeps changing", job.ID)
+}
+
 // KeepRecord makes sure job has a record before a copy of it is published
 // again, as a dead letter's re-drive is: with none (it expired, or was never
 // written) it creates one, failed with cause; a record there is kept as it

@@ -149,6 +149,70 @@ func TestLedgerFailUnclaimedKeepsDone(t *testing.T) {
 	}
 }
 
+// A job whose deliveries ran out is recorded awaiting its dead letter
+// before it is dead-lettered, by a write that a worker's claim of it
+// cannot pass unseen: a claim first keeps the job (ErrClaimed); a claim
+// after does not run it (ErrAwaitingDeadLetter), nor after Fail
+// (ErrDeadLettered).
+func TestLedgerAwaitDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	kv := newKV(t)
+	l := data.NewLedger(kv, time.Minute, nil)
+	stored := time.Now().Add(-time.Minute)
+	copyOf := func(id string) *data.Job {
+		return &data.Job{ID: id, Subject: "job.x", Seq: 7, Attempt: 3, EnqueuedAt: stored}
+	}
+
+	// No record: created awaiting, and a claim of this copy is refused.
+	c, err := l.AwaitDeadLetter(ctx, copyOf("n"), "boom")
+	if err != nil || c.Record.State != data.StateRetrying || c.Record.LastError != data.AwaitingDeadLetter+"boom" {
+		t.Fatalf("await with no record: got %+v, %v; want retrying, awaiting its dead letter", c.Record, err)
+	}
+	if _, err := l.Claim(ctx, copyOf("n"), "w"); !errors.Is(err, data.ErrAwaitingDeadLetter) {
+		t.Errorf("claim while awaiting: got %v, want ErrAwaitingDeadLetter", err)
+	}
+	if again, err := l.AwaitDeadLetter(ctx, copyOf("n"), "boom"); err != nil || again.Revision != c.Revision {
+		t.Errorf("await again: got revision %d, %v; want %d, the record as it is", again.Revision, err, c.Revision)
+	}
+	if err := l.Fail(ctx, &c, 0, "exhausted: boom"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, copyOf("n"), "w"); !errors.Is(err, data.ErrDeadLettered) {
+		t.Errorf("claim after fail: got %v, want ErrDeadLettered", err)
+	}
+
+	// A live claim: left to its holder.
+	held, err := l.Claim(ctx, copyOf("c"), "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AwaitDeadLetter(ctx, copyOf("c"), "boom"); !errors.Is(err, data.ErrClaimed) {
+		t.Errorf("await over a live claim: got %v, want ErrClaimed", err)
+	}
+	// Done: kept.
+	if err := l.Done(ctx, &held, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AwaitDeadLetter(ctx, copyOf("c"), "boom"); !errors.Is(err, data.ErrAlreadyDone) {
+		t.Errorf("await over done: got %v, want ErrAlreadyDone", err)
+	}
+	if rec, _ := l.Get(ctx, "c"); rec.State != data.StateDone {
+		t.Errorf("record after await over done: got %s, want done", rec.State)
+	}
+
+	// A lapsed claim: its attempt may have run, so the job is resumed.
+	lapsed := data.NewLedger(kv, 50*time.Millisecond, nil)
+	if _, err := lapsed.Claim(ctx, copyOf("l"), "w"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond) // let the claim lapse
+	c, err = l.AwaitDeadLetter(ctx, copyOf("l"), "boom")
+	if err != nil || !c.Record.Resumed || c.Record.Attempts != 3 {
+		t.Errorf("await over a lapsed claim: got %+v, %v; want resumed, its 3 attempts kept", c.Record, err)
+	}
+}
+
 func TestLedgerReplacesCorruptRecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -175,6 +175,18 @@ func (p *Pool) admit(m *nats.Msg, of int64) {
 	it.job, it.size = &it.jobv, int64(len(it.jobv.Payload))
 	p.bytes.Add(it.size)
 	p.acks.add(it)
+	if p.cfg.Replicas > 1 {
+		// The first InProgress now, not with the heartbeats an ack
+		// wait/3 from now: until one is agreed on, a replicated WORKER's
+		// followers keep the time the job was stored in JOB for the time
+		// of its delivery (nats-server 2.15), and a leader elected
+		// meanwhile delivers a job that waited there longer than the ack
+		// wait again at once, a delivery spent while this pool holds it.
+		// Sent before the heartbeats know of it, which then go on.
+		if err := it.msg.InProgress(); err != nil && !errors.Is(err, errEarlierJOB) {
+			p.jobLog(it.job).Warn().Err(err).Msg("heartbeat to server")
+		}
+	}
 	p.beats.add(it) // InProgress while it waits, so it is not redelivered
 	if p.cfg.NoLedger {
 		p.work <- it

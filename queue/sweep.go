@@ -166,7 +166,8 @@ func (p *Pool) sweepSeq(ctx context.Context, e exhausted) (bool, error) {
 // that names this very copy, means only the ack was lost, so the job is
 // just removed; a live claim or lease is left to
 // its holder; anything else goes to DLQ with the ledger's last error and is recorded
-// failed, then removed from JOB.
+// failed, then removed from JOB. Where pools claim each job, it is recorded
+// awaiting its dead letter first (see data.Ledger.AwaitDeadLetter).
 func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, error) {
 	job := &data.Job{
 		ID: jobID(m.Header, m.Sequence), Subject: m.Subject, Seq: m.Sequence,
@@ -216,9 +217,37 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	case neverRan(rec):
 		return false, p.requeue(ctx, job, m, log)
 	}
+	// Pools that claim each job (a bucket without batched reads) may still
+	// hold a delivery of it, unclaimed: the server gave up on it while
+	// their InProgress did not reach WORKER, as when WORKER's leader
+	// changed. The record says first that the job awaits its dead letter,
+	// by a compare-and-set that such a pool's claim cannot pass unseen: a
+	// claim that came first keeps the job (it runs, and its record
+	// decides), and one after finds it awaiting its dead letter and does
+	// not run it. Dead-lettered first, the job ran there as well, and was
+	// done and in DLQ.
+	var claim *data.Claim
+	if !p.leasing && !p.cfg.NoLedger {
+		c, err := p.ledger.AwaitDeadLetter(ctx, job, strings.TrimPrefix(rec.LastError, data.AwaitingDeadLetter))
+		switch {
+		case errors.Is(err, data.ErrClaimed):
+			log.Warn().Str("holder", c.Record.Worker).Msg("job claimed as it was to be dead-lettered, its deliveries exhausted: left to its holder")
+			return false, nil
+		case errors.Is(err, data.ErrAlreadyDone), errors.Is(err, data.ErrDeadLettered):
+			// Done, or dead-lettered by the holder that found it
+			// awaiting its dead letter, since the look above.
+			if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
+				return false, fmt.Errorf("remove job %s, settled meanwhile: %w", job.ID, err)
+			}
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		claim, rec = &c, c.Record
+	}
 	cause := fmt.Sprintf("deliveries exhausted (max deliver %d)", p.cfg.MaxDeliver)
-	if rec.LastError != "" {
-		cause += ": " + strings.TrimPrefix(rec.LastError, data.AwaitingDeadLetter)
+	if last := strings.TrimPrefix(rec.LastError, data.AwaitingDeadLetter); last != "" {
+		cause += ": " + last
 	}
 	if rec.Attempts > 0 {
 		job.Attempt = rec.Attempts
@@ -236,10 +265,20 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		held, lerr := p.ledger.Leased(ctx, job)
 		leasedNow = lerr == nil && held
 	}
-	if leasedNow {
+	switch {
+	case claim != nil:
+		// A worker that found the job awaiting its dead letter stores
+		// the same dead letter and records it failed as well: either
+		// write does.
+		if err := p.ledger.Fail(ctx, claim, 0, cause); err != nil && !errors.Is(err, data.ErrClaimLost) {
+			log.Error().Err(err).Msg("record dead-lettered job")
+		}
+	case leasedNow:
 		log.Warn().Msg("another copy of the job runs on a lease: its outcome is left to it")
-	} else if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
-		log.Error().Err(err).Msg("record dead-lettered job")
+	default:
+		if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
+			log.Error().Err(err).Msg("record dead-lettered job")
+		}
 	}
 	if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
 		return false, fmt.Errorf("remove dead-lettered job %s from %s: %w", job.ID, StreamJob, err)
