@@ -168,3 +168,92 @@ func TestSweepAndAHolderOfAnExhaustedJobAgreeOnItsFate(t *testing.T) {
 		})
 	}
 }
+
+// The same on one node, where pools lease the jobs without a record but
+// claim those with one: a job that failed once (its record says retrying),
+// whose last delivery a pool still holds, unclaimed, when the server gives
+// up on it. The holder claims it right after the sweep read its record,
+// runs it and records it done: the sweep must leave it to the holder. It
+// stored the dead letter and removed the job from JOB: the job was done
+// and in DLQ.
+func TestSweepLeavesAnExhaustedJobWithARecordToItsHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := queue.Config{MaxDeliver: 1, AckWait: time.Second}
+	b := setup(t, cfg)
+	b.enqueue(t, "job.x", "E", "e")
+	batch, err := b.obj.Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg jetstream.Msg
+	for m := range batch.Messages() {
+		msg = m
+	}
+	if msg == nil {
+		t.Fatal("fetched no job")
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &data.Job{ID: "E", Subject: msg.Subject(), Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), EnqueuedAt: meta.Timestamp, Payload: msg.Data()}
+	holder := data.NewLedger(b.obj.Ledger, cfg.AckWait*2/3, nil)
+	first, err := holder.Claim(ctx, job, "earlier")
+	if err == nil {
+		err = holder.Retry(ctx, &first, time.Millisecond, "boom") // an earlier attempt failed
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		info, err := b.obj.Worker.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumAckPending != 0 {
+			return fmt.Errorf("WORKER holds %d jobs pending", info.NumAckPending)
+		}
+		return nil
+	})
+	var claim data.Claim
+	var claimErr error
+	claimed := make(chan struct{})
+	o := *b.obj
+	o.Ledger = hookKV{KeyValue: b.obj.Ledger, key: data.Key("E"), op: "get", once: new(sync.Once), after: func() {
+		defer close(claimed)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		claim, claimErr = holder.Claim(cctx, job, "holder")
+	}}
+	(&testBundle{obj: &o}).startPool(t, handlers.HandlerFunc(ok))
+	select {
+	case <-claimed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sweep never read E's record")
+	}
+	if claimErr != nil {
+		t.Fatalf("holder's claim: %v", claimErr)
+	}
+	if err := holder.Done(ctx, &claim, time.Millisecond); err != nil {
+		t.Fatalf("holder's done record: %v", err)
+	}
+	_ = msg.Ack()
+	waitFor(t, 20*time.Second, func() error {
+		st, err := queue.ReadStatus(ctx, b.obj)
+		if err != nil {
+			return err
+		}
+		if st.Stream.Messages != 0 {
+			return fmt.Errorf("JOB holds %d jobs", st.Stream.Messages)
+		}
+		return nil
+	})
+	di, err := b.obj.Dead.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := b.record(t, "E"); di.State.Msgs != 0 || rec.State != data.StateDone {
+		t.Errorf("E is %s, with %d dead letter(s) in DLQ; want done and 0", rec.State, di.State.Msgs)
+	}
+}

@@ -166,8 +166,9 @@ func (p *Pool) sweepSeq(ctx context.Context, e exhausted) (bool, error) {
 // that names this very copy, means only the ack was lost, so the job is
 // just removed; a live claim or lease is left to
 // its holder; anything else goes to DLQ with the ledger's last error and is recorded
-// failed, then removed from JOB. Where pools claim each job, it is recorded
-// awaiting its dead letter first (see data.Ledger.AwaitDeadLetter).
+// failed, then removed from JOB. A job that a pool would claim (it has a
+// record, or pools claim each job) is recorded awaiting its dead letter
+// first (see data.Ledger.AwaitDeadLetter).
 func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, error) {
 	job := &data.Job{
 		ID: jobID(m.Header, m.Sequence), Subject: m.Subject, Seq: m.Sequence,
@@ -217,17 +218,19 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	case neverRan(rec):
 		return false, p.requeue(ctx, job, m, log)
 	}
-	// Pools that claim each job (a bucket without batched reads) may still
-	// hold a delivery of it, unclaimed: the server gave up on it while
-	// their InProgress did not reach WORKER, as when WORKER's leader
-	// changed. The record says first that the job awaits its dead letter,
+	// A pool may still hold a delivery of it, unclaimed: the server gave
+	// up on it while the pool's InProgress did not reach WORKER, as when
+	// WORKER's leader changed, or the pool was paused. Where the pool
+	// would claim it (the job has a record, or pools claim each job: a
+	// bucket without batched reads), the record says first that the job
+	// awaits its dead letter,
 	// by a compare-and-set that such a pool's claim cannot pass unseen: a
 	// claim that came first keeps the job (it runs, and its record
 	// decides), and one after finds it awaiting its dead letter and does
 	// not run it. Dead-lettered first, the job ran there as well, and was
 	// done and in DLQ.
 	var claim *data.Claim
-	if !p.leasing && !p.cfg.NoLedger {
+	if recorded := err == nil; (recorded || !p.leasing) && !p.cfg.NoLedger {
 		c, err := p.ledger.AwaitDeadLetter(ctx, job, strings.TrimPrefix(rec.LastError, data.AwaitingDeadLetter))
 		switch {
 		case errors.Is(err, data.ErrClaimed):
