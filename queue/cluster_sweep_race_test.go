@@ -85,34 +85,9 @@ func TestSweepAndAHolderOfAnExhaustedJobAgreeOnItsFate(t *testing.T) {
 			b := &testBundle{js: objs[0].JS, obj: objs[0], prod: queue.NewProducer(objs[0].JS, objs[0].Config), cfg: objs[0].Config}
 			b.enqueue(t, "job.x", "E", "e")
 
-			// The holder: a pool on node 1 that fetched E, its one delivery.
-			batch, err := objs[1].Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var msg jetstream.Msg
-			for m := range batch.Messages() {
-				msg = m
-			}
-			if msg == nil {
-				t.Fatal("fetched no job")
-			}
-			meta, err := msg.Metadata()
-			if err != nil {
-				t.Fatal(err)
-			}
-			job := &data.Job{ID: "E", Subject: msg.Subject(), Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), EnqueuedAt: meta.Timestamp, Payload: msg.Data()}
-			// The server gives up on it: WORKER holds it pending no more.
-			waitFor(t, 10*time.Second, func() error {
-				info, err := objs[0].Worker.Info(ctx)
-				if err != nil {
-					return err
-				}
-				if info.NumAckPending != 0 {
-					return fmt.Errorf("WORKER holds %d jobs pending", info.NumAckPending)
-				}
-				return nil
-			})
+			// The holder: a pool on node 1 that fetched E, its one delivery,
+			// which the server gives up on.
+			msg, job := fetchAndOutlive(t, objs[1].Worker, "E")
 
 			holder := data.NewLedger(objs[1].Ledger, cfg.AckWait*2/3, nil)
 			var claim data.Claim
@@ -182,22 +157,7 @@ func TestSweepLeavesAnExhaustedJobWithARecordToItsHolder(t *testing.T) {
 	cfg := queue.Config{MaxDeliver: 1, AckWait: time.Second}
 	b := setup(t, cfg)
 	b.enqueue(t, "job.x", "E", "e")
-	batch, err := b.obj.Worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var msg jetstream.Msg
-	for m := range batch.Messages() {
-		msg = m
-	}
-	if msg == nil {
-		t.Fatal("fetched no job")
-	}
-	meta, err := msg.Metadata()
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := &data.Job{ID: "E", Subject: msg.Subject(), Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), EnqueuedAt: meta.Timestamp, Payload: msg.Data()}
+	msg, job := fetchAndOutlive(t, b.obj.Worker, "E")
 	holder := data.NewLedger(b.obj.Ledger, cfg.AckWait*2/3, nil)
 	first, err := holder.Claim(ctx, job, "earlier")
 	if err == nil {
@@ -206,16 +166,6 @@ func TestSweepLeavesAnExhaustedJobWithARecordToItsHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() error {
-		info, err := b.obj.Worker.Info(ctx)
-		if err != nil {
-			return err
-		}
-		if info.NumAckPending != 0 {
-			return fmt.Errorf("WORKER holds %d jobs pending", info.NumAckPending)
-		}
-		return nil
-	})
 	var claim data.Claim
 	var claimErr error
 	claimed := make(chan struct{})
@@ -256,4 +206,37 @@ func TestSweepLeavesAnExhaustedJobWithARecordToItsHolder(t *testing.T) {
 	if rec := b.record(t, "E"); di.State.Msgs != 0 || rec.State != data.StateDone {
 		t.Errorf("E is %s, with %d dead letter(s) in DLQ; want done and 0", rec.State, di.State.Msgs)
 	}
+}
+
+// fetchAndOutlive fetches job id's one delivery from worker (max deliver
+// 1), and waits until the server gives up on it, unacked: worker holds it
+// pending no more.
+func fetchAndOutlive(t *testing.T, worker jetstream.Consumer, id string) (jetstream.Msg, *data.Job) {
+	t.Helper()
+	batch, err := worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg jetstream.Msg
+	for m := range batch.Messages() {
+		msg = m
+	}
+	if msg == nil {
+		t.Fatal("fetched no job")
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		info, err := worker.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.NumAckPending != 0 {
+			return fmt.Errorf("WORKER holds %d jobs pending", info.NumAckPending)
+		}
+		return nil
+	})
+	return msg, &data.Job{ID: id, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), EnqueuedAt: meta.Timestamp, Payload: msg.Data()}
 }
