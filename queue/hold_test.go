@@ -70,6 +70,11 @@ func TestHeldClaimedJobIsNotDeadLetteredOnItsLastDelivery(t *testing.T) {
 // and not acked (twice Workers+Prefetch, see NewPool and Config.Prefetch):
 // a pool whose ledger refuses records stops pulling and running jobs it
 // cannot record, rather than take up to WORKER's MaxAckPending of them.
+// A job whose handler succeeded gives its room back before its record is
+// answered, and counts again once the refusal comes: in between, one more
+// pull may go out (it did once in .ci/run, 5 jobs against 4), so the test
+// allows a pull's worth more. The 12 jobs here would all be delivered if
+// held jobs did not count.
 func TestHeldJobsKeepToThePoolsRoom(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{Workers: 1, Prefetch: 1, AckWait: 30 * time.Second})
@@ -80,9 +85,10 @@ func TestHeldJobsKeepToThePoolsRoom(t *testing.T) {
 		b.enqueue(t, "job.x", fmt.Sprintf("J%d", i), "x")
 	}
 	time.Sleep(3 * time.Second)
-	bound := 2 * (1 + 1)
+	room := 1 + 1
+	bound := 2*room + room
 	if got := b.status(t).Consumer.AckPending; got > bound {
-		t.Errorf("%d jobs delivered and not acked with the ledger full, want at most %d (twice the pool's room)", got, bound)
+		t.Errorf("%d jobs delivered and not acked with the ledger full, want at most %d (twice the pool's room, and a pull's worth more)", got, bound)
 	}
 	setLedgerFull(t, b, false)
 	b.waitDrained(t)
