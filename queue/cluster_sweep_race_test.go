@@ -90,23 +90,8 @@ func TestSweepAndAHolderOfAnExhaustedJobAgreeOnItsFate(t *testing.T) {
 			msg, job := fetchAndOutlive(t, objs[1].Worker, "E")
 
 			holder := data.NewLedger(objs[1].Ledger, cfg.AckWait*2/3, nil)
-			var claim data.Claim
-			var claimErr error
-			claimed := make(chan struct{})
-			o := *objs[2]
-			o.Ledger = hookKV{KeyValue: objs[2].Ledger, key: data.Key("E"), op: tc.op, once: new(sync.Once), after: func() {
-				defer close(claimed)
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				claim, claimErr = holder.Claim(cctx, job, "holder")
-			}}
 			// The sweeper: a pool on node 2, which sweeps at start.
-			(&testBundle{obj: &o}).startPool(t, handlers.HandlerFunc(ok))
-			select {
-			case <-claimed:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the sweep never read E's record")
-			}
+			claim, claimErr := sweepAsHolderClaims(t, objs[2], tc.op, holder, job)
 			if tc.runs {
 				if claimErr != nil {
 					t.Fatalf("holder's claim: %v", claimErr)
@@ -166,22 +151,7 @@ func TestSweepLeavesAnExhaustedJobWithARecordToItsHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var claim data.Claim
-	var claimErr error
-	claimed := make(chan struct{})
-	o := *b.obj
-	o.Ledger = hookKV{KeyValue: b.obj.Ledger, key: data.Key("E"), op: "get", once: new(sync.Once), after: func() {
-		defer close(claimed)
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		claim, claimErr = holder.Claim(cctx, job, "holder")
-	}}
-	(&testBundle{obj: &o}).startPool(t, handlers.HandlerFunc(ok))
-	select {
-	case <-claimed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the sweep never read E's record")
-	}
+	claim, claimErr := sweepAsHolderClaims(t, b.obj, "get", holder, job)
 	if claimErr != nil {
 		t.Fatalf("holder's claim: %v", claimErr)
 	}
@@ -239,4 +209,28 @@ func fetchAndOutlive(t *testing.T, worker jetstream.Consumer, id string) (jetstr
 		return nil
 	})
 	return msg, &data.Job{ID: id, Subject: msg.Subject(), Seq: meta.Sequence.Stream, Attempt: int(meta.NumDelivered), EnqueuedAt: meta.Timestamp, Payload: msg.Data()}
+}
+
+// sweepAsHolderClaims starts a pool on obj, which sweeps at start, and has
+// holder claim job right after the sweep's op (get, create or update) on
+// job's key; it returns the holder's claim.
+func sweepAsHolderClaims(t *testing.T, obj *queue.Objects, op string, holder *data.Ledger, job *data.Job) (data.Claim, error) {
+	t.Helper()
+	var claim data.Claim
+	var claimErr error
+	claimed := make(chan struct{})
+	o := *obj
+	o.Ledger = hookKV{KeyValue: obj.Ledger, key: data.Key(job.ID), op: op, once: new(sync.Once), after: func() {
+		defer close(claimed)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		claim, claimErr = holder.Claim(ctx, job, "holder")
+	}}
+	(&testBundle{obj: &o}).startPool(t, handlers.HandlerFunc(ok))
+	select {
+	case <-claimed:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the sweep never read %s's record", job.ID)
+	}
+	return claim, claimErr
 }
