@@ -416,7 +416,7 @@ func (l *Ledger) AwaitDeadLetter(ctx context.Context, job *Job, cause string) (C
 	c := Claim{Key: Key(job.ID)}
 	for range 8 {
 		now := time.Now().UTC()
-		rec := Record{ID: job.ID, State: StateRetrying, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: AwaitingDeadLetter + cause, StoredAt: storedAt(job), Resumed: job.Resumed}
+		rec := awaitingRecord(job, cause, now)
 		entry, err := l.kv.Get(ctx, c.Key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -471,6 +471,33 @@ func (l *Ledger) AwaitDeadLetter(ctx context.Context, job *Job, cause string) (C
 		return c, nil
 	}
 	return c, fmt.Errorf("record job %s awaiting its dead letter: its record keeps changing", job.ID)
+}
+
+// AwaitDeadLetterLeased is AwaitDeadLetter for a job without a record that
+// the caller's pool holds in its lease, lease (see Leases): the record is
+// created as a run on the lease creates it, through its prepared claim
+// (see Prepare), so that the lease holds the job until the record decides.
+// ErrClaimLost means that a record came first, which decides. Once the dead
+// letter is stored, the caller records the job failed with Fail on the
+// returned Claim.
+func (l *Ledger) AwaitDeadLetterLeased(ctx context.Context, job *Job, lease, cause string) (Claim, error) {
+	c := Claim{Key: Key(job.ID), Record: awaitingRecord(job, cause, time.Now().UTC())}
+	c.Record.Lease = lease
+	rev, err := l.kv.Create(ctx, c.Key, c.Record.encode())
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return c, fmt.Errorf("record job %s awaiting its dead letter: %w: %w", job.ID, ErrClaimLost, err)
+	}
+	if err != nil {
+		return c, fmt.Errorf("record job %s awaiting its dead letter: %w", job.ID, err)
+	}
+	c.Revision = rev
+	return c, nil
+}
+
+// awaitingRecord is the record that says that job awaits its dead letter,
+// with cause as its last error.
+func awaitingRecord(job *Job, cause string, now time.Time) Record {
+	return Record{ID: job.ID, State: StateRetrying, Subject: job.Subject, Seq: job.Seq, FirstAt: now, FinishedAt: now, LastError: AwaitingDeadLetter + cause, StoredAt: storedAt(job), Resumed: job.Resumed}
 }
 
 // KeepRecord makes sure job has a record before a copy of it is published

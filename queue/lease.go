@@ -418,6 +418,9 @@ func (l *lease) fit(batch []*inflight) (fits, rest []*inflight) {
 func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("the pool stopped and deleted its lease")
+	}
 	if checked < l.seen {
 		return fmt.Errorf("%w: checked at lease write %d, before %d", data.ErrLeaseRaced, checked, l.seen)
 	}

@@ -176,6 +176,7 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	log := p.log.With().Str("job_id", job.ID).Str("subject", job.Subject).Uint64("seq", job.Seq).Logger()
 	rec, err := p.ledger.Get(ctx, job.ID)
+	noRecord := errors.Is(err, data.ErrNotFound)
 	if err == nil && !(rec.State == data.StateRunning && time.Now().Before(rec.LeaseUntil)) {
 		earlier, eerr := p.ledger.Earlier(ctx, job.ID, job.EnqueuedAt, rec)
 		if eerr != nil {
@@ -203,15 +204,6 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 		}
 		log.Warn().Msg("job dead-lettered already: removed from " + StreamJob)
 		return false, nil
-	case errors.Is(err, data.ErrNotFound) && p.leasing:
-		// It may run on a pool's lease, as a job without a record does.
-		// (Pools that claim run no job without a record, and read no
-		// leases: their bucket answers no batched reads.)
-		held, listed, err := p.ledger.LeaseOf(ctx, job)
-		if err != nil || held {
-			return false, err
-		}
-		job.Resumed = listed // a lease that ended lists it: it may have run
 	case errors.Is(err, data.ErrNotFound):
 	case err != nil && !errors.Is(err, data.ErrCorruptRecord):
 		return false, err
@@ -220,19 +212,34 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	// A pool may still hold a delivery of it, unclaimed: the server gave
 	// up on it while the pool's InProgress did not reach WORKER, as when
-	// WORKER's leader changed, or the pool was paused. Where the pool
-	// would claim it (the job has a record, or pools claim each job: a
-	// bucket without batched reads), the record says first that the job
-	// awaits its dead letter,
-	// by a compare-and-set that such a pool's claim cannot pass unseen: a
-	// claim that came first keeps the job (it runs, and its record
-	// decides), and one after finds it awaiting its dead letter and does
-	// not run it. Dead-lettered first, the job ran there as well, and was
-	// done and in DLQ.
+	// WORKER's leader changed, or the pool was paused. So the record says
+	// first that the job awaits its dead letter, by a compare-and-set that
+	// such a pool's claim cannot pass unseen: a claim that came first
+	// keeps the job (it runs, and its record decides), and one after finds
+	// it awaiting its dead letter and does not run it. Dead-lettered first,
+	// the job ran there as well, and was done and in DLQ. A job without a
+	// record, where pools lease such jobs, goes into this pool's lease
+	// before its record is created, as a job that a pool runs does (see
+	// leaseForDeadLetter).
 	var claim *data.Claim
-	if recorded := err == nil; (recorded || !p.leasing) && !p.cfg.NoLedger {
-		c, err := p.ledger.AwaitDeadLetter(ctx, job, strings.TrimPrefix(rec.LastError, data.AwaitingDeadLetter))
+	if !p.cfg.NoLedger {
+		var c data.Claim
+		last := strings.TrimPrefix(rec.LastError, data.AwaitingDeadLetter)
+		err = errRecorded
+		if noRecord && p.leasing {
+			var drop func()
+			c, drop, err = p.leaseForDeadLetter(ctx, job, last)
+			if drop != nil {
+				defer drop() // once its record is stored, or it is left
+			}
+		}
+		if errors.Is(err, errRecorded) {
+			c, err = p.ledger.AwaitDeadLetter(ctx, job, last)
+		}
 		switch {
+		case errors.Is(err, errLeftToALease):
+			log.Info().Msg("another copy of the exhausted job runs on a lease: its outcome is left to it")
+			return false, nil
 		case errors.Is(err, data.ErrClaimed):
 			log.Warn().Str("holder", c.Record.Worker).Msg("job claimed as it was to be dead-lettered, its deliveries exhausted: left to its holder")
 			return false, nil
@@ -260,34 +267,82 @@ func (p *Pool) sweepOne(ctx context.Context, m *jetstream.RawStreamMsg) (bool, e
 	}
 	p.cfg.Metrics.jobDeadLettered(job.Subject)
 	p.observe(job, data.StateFailed, 0, errors.New(cause))
-	// A copy of the job leased since the look above (no record: it runs
-	// on a prepared claim) records its outcome by creating the record: a
-	// failed record created now would refuse it, and it would run again.
-	leasedNow := false
-	if errors.Is(err, data.ErrNotFound) && p.leasing {
-		held, lerr := p.ledger.Leased(ctx, job)
-		leasedNow = lerr == nil && held
-	}
-	switch {
-	case claim != nil:
+	if claim != nil {
 		// A worker that found the job awaiting its dead letter stores
 		// the same dead letter and records it failed as well: either
 		// write does.
 		if err := p.ledger.Fail(ctx, claim, 0, cause); err != nil && !errors.Is(err, data.ErrClaimLost) {
 			log.Error().Err(err).Msg("record dead-lettered job")
 		}
-	case leasedNow:
-		log.Warn().Msg("another copy of the job runs on a lease: its outcome is left to it")
-	default:
-		if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
-			log.Error().Err(err).Msg("record dead-lettered job")
-		}
+	} else if err := p.ledger.FailUnclaimed(ctx, job, cause); err != nil {
+		log.Error().Err(err).Msg("record dead-lettered job")
 	}
 	if err := deleteMsg(ctx, p.obj.Jobs, m.Sequence); err != nil {
 		return false, fmt.Errorf("remove dead-lettered job %s from %s: %w", job.ID, StreamJob, err)
 	}
 	log.Error().Str("error", cause).Msg("job dead-lettered: deliveries exhausted")
 	return true, nil
+}
+
+var (
+	// errLeftToALease: a live lease holds the job, of another copy of it,
+	// or of a delivery that a pool holds still.
+	errLeftToALease = errors.New("a live lease holds the job")
+	// errRecorded: the job has a record, which decides (see data's
+	// Leases, rule 1).
+	errRecorded = errors.New("the job has a record")
+)
+
+// leaseForDeadLetter takes job, whose deliveries ran out and which has no
+// record, into the pool's lease, as the pool takes a job it runs (see
+// data's Leases, rule 2), and then records through the lease's prepared
+// claim that the job awaits its dead letter, with cause. A copy of the job
+// that a pool leased first keeps it (errLeftToALease); a pool that takes a
+// copy after finds it in this lease, then the record, and does not run it.
+// (A failed record created outside a lease, after a look at the leases,
+// refused the outcome of a copy leased in between, which then ran again.)
+// errRecorded: a record came first, which decides. The caller records
+// the job failed through the claim once its dead letter is stored, and
+// calls drop, which takes the job out of the lease, whatever the outcome.
+func (p *Pool) leaseForDeadLetter(ctx context.Context, job *data.Job, cause string) (c data.Claim, drop func(), err error) {
+	key := data.Key(job.ID)
+	it := &inflight{job: job}
+	for range 8 {
+		gen := p.lease.generation()
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		snap, err := p.ledger.Check(opCtx, []*data.Job{job}, p.lease.owner)
+		cancel()
+		if err != nil {
+			return c, nil, err
+		}
+		mine, held, _ := p.lease.find(key)
+		_, _, listed := snap.Leased(key)
+		_, _, heldElsewhere := snap.Holder(0, key, time.Now())
+		switch {
+		case held && !mine.orphan || heldElsewhere:
+			return c, nil, errLeftToALease
+		case snap.Found[0]:
+			return c, nil, errRecorded
+		case !held && p.lease.droppedSince(key, gen):
+			continue // it left this pool's lease: its record may be newer than the check
+		}
+		job.Resumed = listed || held // an attempt on a lease that ended, or an orphan's, may have run
+		opCtx, cancel = context.WithTimeout(ctx, opTimeout)
+		err = p.lease.add(opCtx, p, []*inflight{it}, snap.LeaseSeq)
+		cancel()
+		if errors.Is(err, data.ErrLeaseRaced) {
+			continue // another pool's lease write came first: check again
+		}
+		if err != nil {
+			return c, nil, err
+		}
+		c, err = p.ledger.AwaitDeadLetterLeased(ctx, job, p.lease.owner, cause)
+		if errors.Is(err, data.ErrClaimLost) {
+			err = errRecorded
+		}
+		return c, func() { p.lease.done(key, it, false) }, err
+	}
+	return c, nil, fmt.Errorf("dead-letter job %s: the leases keep changing; the next sweep tries again", job.ID)
 }
 
 // neverRan reports whether rec is of a job that never ran: released by a
