@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +140,68 @@ func (kv *recordWriteHook) Update(ctx context.Context, key string, value []byte,
 		kv.before()
 	}
 	return kv.KeyValue.Update(ctx, key, value, revision)
+}
+
+// A copy of X that runs on the sweeping pool's own lease keeps X: the
+// sweep leaves A in JOB, with no dead letter and no record, until that
+// copy's outcome is recorded.
+func TestSweepLeavesAJobItsOwnPoolRunsOnItsLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obj := objectsWith(t, Config{FetchWait: 200 * time.Millisecond})
+	_, mA, bMsg := twoCopiesOfX(t, obj)
+	p := leasingPool(t, obj)
+	itB := stubJob("X", bMsg.Sequence)
+	itB.job.Subject, itB.job.EnqueuedAt = "job.x", bMsg.Time
+	leaseOne(t, p, itB)
+	if moved, err := p.sweepOne(ctx, mA); err != nil || moved {
+		t.Fatalf("sweep A: moved %v, %v; want A left to B's run", moved, err)
+	}
+	if _, err := obj.Jobs.GetMsg(ctx, mA.Sequence); err != nil {
+		t.Errorf("A is gone from JOB: %v", err)
+	}
+	if d, err := DeadLetterOf(ctx, obj, "X"); err == nil {
+		t.Errorf("X is dead-lettered (seq %d) while B runs", d.Seq)
+	}
+	if rec, err := p.ledger.Get(ctx, "X"); !errors.Is(err, data.ErrNotFound) {
+		t.Errorf("X has a record (%+v, %v) while B runs on its prepared claim", rec, err)
+	}
+	if j, held, _ := p.lease.find(data.Key("X")); !held || !j.mine(itB) {
+		t.Errorf("the pool's lease no longer holds B")
+	}
+}
+
+// A job that a lease that ended lists may have run there: the sweep records
+// it failed and resumed, so that its re-drive's run is resumed too. One
+// that no lease lists is not.
+func TestSweepRecordsAJobThatALeaseThatEndedListsResumed(t *testing.T) {
+	t.Parallel()
+	for _, listed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			obj := objectsWith(t, Config{FetchWait: 200 * time.Millisecond})
+			_, mA, _ := twoCopiesOfX(t, obj)
+			p := leasingPool(t, obj)
+			if listed {
+				ended := data.Lease{Worker: "gone", Until: time.Now().Add(-time.Minute), Jobs: []data.LeasedJob{{Key: data.Key("X"), Seq: mA.Sequence}}}
+				if _, err := p.ledger.WriteLease(ctx, "gone", ended, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if moved, err := p.sweepOne(ctx, mA); err != nil || !moved {
+				t.Fatalf("sweep A: moved %v, %v; want it dead-lettered", moved, err)
+			}
+			rec, err := p.ledger.Get(ctx, "X")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.State != data.StateFailed || rec.Resumed != listed || !rec.DeadLettered(&data.Job{ID: "X", Seq: mA.Sequence, EnqueuedAt: mA.Time}) {
+				t.Errorf("X's record: %s, resumed %v, of seq %d; want failed, resumed %v, of A (seq %d)", rec.State, rec.Resumed, rec.Seq, listed, mA.Sequence)
+			}
+			if len(p.lease.jobs) != 0 {
+				t.Errorf("the sweep's pool leases %d jobs after the sweep, want none", len(p.lease.jobs))
+			}
+		})
+	}
 }
