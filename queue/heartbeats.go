@@ -11,11 +11,23 @@ import (
 	"github.com/jobq/jobq/data"
 )
 
-// heartbeats keeps the leases of claimed and running jobs: every AckWait/3
-// each gets InProgress, which resets the server's ack wait, and a renewal of
-// its ledger claim, or of the pool's lease for the jobs that run on it. A
-// lost claim or lease cancels the job's handler. One loop serves all jobs,
-// so a job costs no goroutine of its own.
+// heartbeats keeps the leases of claimed and running jobs: each gets
+// InProgress, which resets the server's ack wait, and a renewal of its
+// ledger claim, every half heartbeat (AckWait/6), checked every quarter;
+// the pool's lease, for the jobs that run on it, is renewed every
+// heartbeat. A lost claim or lease cancels the job's handler. One loop
+// serves all jobs, so a job costs no goroutine of its own.
+//
+// So a job's InProgress goes out at most three quarters of a heartbeat
+// after the one before, and the server's ack wait for it ends a quarter of
+// a heartbeat or more after any lease the pool wrote meanwhile ends (a
+// lease lasts AckWait less a heartbeat; the pool writes it with each batch
+// it leases). A job redelivered after its pool died then finds that lease
+// ended, and is taken over. With InProgress every heartbeat, the ack wait
+// ran out up to a quarter of a heartbeat before the lease just written
+// ended (and up to a second more after a restart of the server, which
+// keeps the time of an InProgress to the second): the job was released
+// until the lease ended, a delivery spent.
 type heartbeats struct {
 	mu   sync.Mutex
 	jobs map[*inflight]struct{}
@@ -44,8 +56,8 @@ func (h *heartbeats) remove(it *inflight) {
 // within ledgerCtx, which outlives ctx at shutdown (the jobs cut off then
 // still record their outcomes on the lease) and ends once they did.
 func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan struct{}) {
-	every := p.cfg.heartbeat()
-	t := time.NewTicker(max(every/4, 10*time.Millisecond))
+	every := p.cfg.heartbeat() / 2
+	t := time.NewTicker(max(every/2, 10*time.Millisecond))
 	defer t.Stop()
 	var due []*inflight
 	collected := time.Now()

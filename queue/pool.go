@@ -1008,9 +1008,10 @@ func (h *held) charge(n int) int {
 // one, so that a copy of it is not claimed elsewhere.
 func (p *Pool) recordAgain(ctx context.Context, it *inflight, err error) error {
 	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
-	beat := p.cfg.heartbeat()
-	// Each write is bounded so that no heartbeat comes later than two
-	// thirds of the ack wait after the one before.
+	// InProgress every half heartbeat, as the heartbeat loop sends it (see
+	// heartbeats), and each write bounded so that none comes later than a
+	// heartbeat after the one before.
+	beat := p.cfg.heartbeat() / 2
 	opWait := min(opTimeout, beat/2)
 	nextBeat := time.Now() // the heartbeat loop let go of it just now
 	backoff := 50 * time.Millisecond
