@@ -183,16 +183,26 @@ func TestSweepLeavesAnExhaustedJobWithARecordToItsHolder(t *testing.T) {
 // pending no more.
 func fetchAndOutlive(t *testing.T, worker jetstream.Consumer, id string) (jetstream.Msg, *data.Job) {
 	t.Helper()
-	batch, err := worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A cluster just made may answer a first pull with no job (its
+	// WORKER's leader still settling): pull again, for up to 20s.
 	var msg jetstream.Msg
-	for m := range batch.Messages() {
-		msg = m
+	var why []error
+	for deadline := time.Now().Add(20 * time.Second); msg == nil && time.Now().Before(deadline); {
+		batch, err := worker.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			why = append(why, err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for m := range batch.Messages() {
+			msg = m
+		}
+		if msg == nil {
+			why = append(why, fmt.Errorf("no job: %v", batch.Error()))
+		}
 	}
 	if msg == nil {
-		t.Fatal("fetched no job")
+		t.Fatalf("fetched no job in 20s: %v", why)
 	}
 	meta, err := msg.Metadata()
 	if err != nil {
