@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -55,12 +56,21 @@ const (
 // newHTTPClient returns a client with no overall timeout (the job's ctx
 // bounds each request), that follows only 307 and 308 redirects, since
 // those keep the method and the body, and keeps connections idle for at
-// most idle. Proxies come from the environment, as with net/http's
-// default.
+// most idle. Its transport is net/http's default one (proxies from the
+// environment, HTTP/2 over TLS, the same dial and handshake timeouts) but
+// for its idle connections; it is made here rather than cloned from
+// http.DefaultTransport, which a program may have replaced.
 func newHTTPClient(idle time.Duration) *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.IdleConnTimeout = idle
-	t.MaxIdleConnsPerHost = httpMaxIdlePerHost
+	t := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   httpMaxIdlePerHost,
+		IdleConnTimeout:       idle,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
 	return &http.Client{
 		Transport: t,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
