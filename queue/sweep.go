@@ -298,8 +298,8 @@ var (
 // data's Leases, rule 2), and then records through the lease's prepared
 // claim that the job awaits its dead letter, with cause. A copy of the job
 // that a pool leased first keeps it (errLeftToALease); a pool that takes a
-// copy after finds it in this lease, then the record, and does not run it.
-// (A failed record created outside a lease, after a look at the leases,
+// copy after finds the job in this lease, as a copy of a running one, or
+// claims it through its record, which then decides. (A failed record created outside a lease, after a look at the leases,
 // refused the outcome of a copy leased in between, which then ran again.)
 // errRecorded: a record came first, which decides. The caller records
 // the job failed through the claim once its dead letter is stored, and
