@@ -34,7 +34,9 @@ import (
 //     in a lease that ended, or as an orphan (see LeasedJob), may have run:
 //     it goes into the next pool's lease as a resumed attempt, by rule 2.
 //     A job without a record is never claimed with a create outside a
-//     lease, which another pool's check could miss.
+//     lease, which another pool's check could miss; a sweep that
+//     dead-letters one takes it into its own pool's lease first, and
+//     creates its record through it (AwaitDeadLetterLeased).
 //  4. A pool drops a job from its lease only after the job's record is
 //     stored, or keeps it as an orphan when its handler ran and no record
 //     could be stored; so at any moment one of them says that the job may
