@@ -109,7 +109,7 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 				return nil, claimFirst, later
 			}
 			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-			err = p.lease.add(opCtx, p, batch, snap.LeaseSeq)
+			err = p.lease.addSince(opCtx, p, batch, snap.LeaseSeq, gen)
 			cancel()
 			if err == nil {
 				batch, first, again = p.recheckTakenOver(ctx, batch)
@@ -416,6 +416,16 @@ func (l *lease) fit(batch []*inflight) (fits, rest []*inflight) {
 //     made by a renewal or a retry, saw: add refuses it with ErrLeaseRaced,
 //     so the caller checks again.
 func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uint64) error {
+	return l.addSince(ctx, p, batch, checked, ^uint64(0))
+}
+
+// addSince is add for jobs sorted after gen drops (see sortBatch): this
+// pool's own adds, the sweep's (see leaseForDeadLetter) and admitBatch's,
+// run side by side, and neither the expected sequence nor seen tells them
+// apart. A job another of them put in the lease since the caller looked
+// (find), or that left it after gen (its record may be newer than the
+// check), is refused with ErrLeaseRaced: the caller checks again.
+func (l *lease) addSince(ctx context.Context, p *Pool, batch []*inflight, checked, gen uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -423,6 +433,12 @@ func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uin
 	}
 	if checked < l.seen {
 		return fmt.Errorf("%w: checked at lease write %d, before %d", data.ErrLeaseRaced, checked, l.seen)
+	}
+	for _, it := range batch {
+		key := data.Key(it.job.ID)
+		if j := l.jobs[key]; j != nil && !j.orphan || l.dropped[key] > gen {
+			return fmt.Errorf("%w: job %s entered or left this pool's lease since its check", data.ErrLeaseRaced, it.job.ID)
+		}
 	}
 	l.giveUpIfLapsed(p, errors.New("the lease was not renewed in time"))
 	expect := max(checked, l.last)

@@ -328,7 +328,7 @@ func (p *Pool) leaseForDeadLetter(ctx context.Context, job *data.Job, cause stri
 		}
 		job.Resumed = listed || held // an attempt on a lease that ended, or an orphan's, may have run
 		opCtx, cancel = context.WithTimeout(ctx, opTimeout)
-		err = p.lease.add(opCtx, p, []*inflight{it}, snap.LeaseSeq)
+		err = p.lease.addSince(opCtx, p, []*inflight{it}, snap.LeaseSeq, gen)
 		cancel()
 		if errors.Is(err, data.ErrLeaseRaced) {
 			continue // another pool's lease write came first: check again
@@ -336,11 +336,18 @@ func (p *Pool) leaseForDeadLetter(ctx context.Context, job *data.Job, cause stri
 		if err != nil {
 			return c, nil, err
 		}
+		// Its outcome is on its way, as a run's whose handler returned:
+		// a re-drive of its dead letter, fetched here before the drop,
+		// waits rather than go as a copy of a running job (see sortBatch).
+		p.lease.finishing(key, it)
 		c, err = p.ledger.AwaitDeadLetterLeased(ctx, job, p.lease.owner, cause)
 		if errors.Is(err, data.ErrClaimLost) {
 			err = errRecorded
 		}
-		return c, func() { p.lease.done(key, it, false) }, err
+		// An orphan it took the place of stays one unless a record is
+		// stored (rule 4): it may have run.
+		keep := held && mine.orphan && err != nil && !errors.Is(err, errRecorded)
+		return c, func() { p.lease.done(key, it, keep) }, err
 	}
 	return c, nil, fmt.Errorf("dead-letter job %s: the leases keep changing; the next sweep tries again", job.ID)
 }
