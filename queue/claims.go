@@ -163,9 +163,10 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 			claim, err = p.ledger.Claim(ctx, it.job, p.cfg.WorkerName)
 			landed = landed || err != nil && !refused(err)
 		}
-		// The heartbeats renew a claim once it is due, up to three
-		// quarters of a heartbeat after its job's last InProgress (here
-		// reckoned a heartbeat and a quarter, to spare). A claim to be given
+		// The heartbeats renew a claim once it is due, up to half a
+		// heartbeat and a tick after its job's last InProgress (see
+		// beatTimes; here reckoned a heartbeat and a quarter, to spare).
+		// A claim to be given
 		// up before then (sent when the job was fetched and settled only
 		// now, after the jobs ahead of it, with nothing to renew it
 		// meanwhile) is renewed now: once it ended, another pool could

@@ -13,21 +13,21 @@ import (
 
 // heartbeats keeps the leases of claimed and running jobs: each gets
 // InProgress, which resets the server's ack wait, and a renewal of its
-// ledger claim, every half heartbeat (AckWait/6), checked every quarter;
-// the pool's lease, for the jobs that run on it, is renewed every
-// heartbeat. A lost claim or lease cancels the job's handler. One loop
-// serves all jobs, so a job costs no goroutine of its own.
+// ledger claim, every half heartbeat (AckWait/6; see beatTimes); the
+// pool's lease, for the jobs that run on it, is renewed every heartbeat.
+// A lost claim or lease cancels the job's handler. One loop serves all
+// jobs, so a job costs no goroutine of its own.
 //
-// So a job's InProgress goes out at most three quarters of a heartbeat
-// after the one before, and the server's ack wait for it ends a quarter of
-// a heartbeat or more after any lease the pool wrote meanwhile ends (a
-// lease lasts AckWait less a heartbeat; the pool writes it with each batch
-// it leases). A job redelivered after its pool died then finds that lease
-// ended, and is taken over. With InProgress every heartbeat, the ack wait
-// ran out up to a quarter of a heartbeat before the lease just written
-// ended (and up to a second more after a restart of the server, which
-// keeps the time of an InProgress to the second): the job was released
-// until the lease ended, a delivery spent.
+// A lease lasts AckWait less a heartbeat, and the pool writes it with each
+// batch it leases; the server redelivers a held job an ack wait after its
+// last InProgress. So a job's InProgress goes out well within a heartbeat
+// of the one before: the ack wait for it ends after any lease the pool
+// wrote meanwhile, by more than the second to which a restart of the
+// server rounds the time of an InProgress. A job redelivered after its
+// pool died then finds that lease ended, and is taken over. With
+// InProgress every heartbeat, the ack wait ran out before the lease just
+// written ended: the job was released until the lease ended, a delivery
+// spent.
 type heartbeats struct {
 	mu   sync.Mutex
 	jobs map[*inflight]struct{}
@@ -56,8 +56,8 @@ func (h *heartbeats) remove(it *inflight) {
 // within ledgerCtx, which outlives ctx at shutdown (the jobs cut off then
 // still record their outcomes on the lease) and ends once they did.
 func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan struct{}) {
-	every := p.cfg.heartbeat() / 2
-	t := time.NewTicker(max(every/2, 10*time.Millisecond))
+	tick, every := beatTimes(p.cfg.heartbeat())
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	var due []*inflight
 	collected := time.Now()
@@ -130,6 +130,23 @@ func (h *heartbeats) loop(ctx, ledgerCtx context.Context, p *Pool, done <-chan s
 			})
 		}
 	}
+}
+
+// restartSlack is what a job's InProgress keeps clear of the end of its
+// pool's lease (see heartbeats): the second to which a restart of the
+// server rounds its time, and a quarter more.
+const restartSlack = 1250 * time.Millisecond
+
+// beatTimes returns how often the heartbeat loop looks (tick: a quarter
+// of a heartbeat, at most 250ms) and how long after a job's last
+// InProgress its next is due (every): half a heartbeat, or less, but no
+// less than tick, so that InProgress come at most a heartbeat less
+// restartSlack apart (every + tick), where the ack wait allows (6s or
+// more; for 60s, 10s apart).
+func beatTimes(heartbeat time.Duration) (tick, every time.Duration) {
+	tick = max(min(heartbeat/4, 250*time.Millisecond), 10*time.Millisecond)
+	every = max(tick, min(heartbeat/2, heartbeat-tick-restartSlack))
+	return tick, every
 }
 
 // loseLeased cancels the handlers of the jobs that run on the pool's lease.

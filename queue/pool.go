@@ -1008,10 +1008,10 @@ func (h *held) charge(n int) int {
 // one, so that a copy of it is not claimed elsewhere.
 func (p *Pool) recordAgain(ctx context.Context, it *inflight, err error) error {
 	log := p.jobLog(it.job).With().Dur("took", it.took).Logger()
-	// InProgress every half heartbeat, as the heartbeat loop sends it (see
-	// heartbeats), and each write bounded so that none comes later than a
-	// heartbeat after the one before.
-	beat := p.cfg.heartbeat() / 2
+	// InProgress as often as the heartbeat loop sends it (see beatTimes),
+	// and each write bounded so that none comes later than twice that
+	// after the one before.
+	_, beat := beatTimes(p.cfg.heartbeat())
 	opWait := min(opTimeout, beat/2)
 	nextBeat := time.Now() // the heartbeat loop let go of it just now
 	backoff := 50 * time.Millisecond
