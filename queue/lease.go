@@ -719,7 +719,11 @@ func (l *lease) collect(ctx context.Context, p *Pool) {
 func (l *lease) close(p *Pool, limit time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.last == 0 || len(l.jobs) > 0 {
+	// A write whose answer never came (its context cut off by Ctrl-C in
+	// jobq next, say) may have landed: sent is set, last is not. Left
+	// there, it would list its jobs running until it ends, though they
+	// were handed back.
+	if l.last == 0 && l.sent.IsZero() || len(l.jobs) > 0 {
 		return
 	}
 	// With the connection down, or once Stop's ctx ended, the delete

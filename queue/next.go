@@ -27,6 +27,10 @@ func Next(ctx context.Context, obj *Objects, h handlers.Handler, wait time.Durat
 	o.Config = cfg
 	p := NewPool(&o, h, log)
 	defer p.ledger.Close()
+	// The lease is deleted once Next is through, not after each job it
+	// fetched: a deleted lease is closed for good, and a job taken into it
+	// and then found done (see recheckTakenOver) is followed by another.
+	defer p.lease.close(p, time.Time{})
 	ran := false
 	counted := handlers.HandlerFunc(func(ctx context.Context, job *data.Job) error {
 		ran = true

@@ -483,8 +483,7 @@ func (p *Pool) processOne(ctx context.Context, msg jetstream.Msg) error {
 	}
 	it := &inflight{msg: msg, job: job}
 	if !p.cfg.NoLedger {
-		defer p.lease.close(p, time.Time{})
-		defer p.leaveLease(it)
+		defer p.leaveLease(it) // Next deletes the lease once it is through
 	}
 	// Heartbeats, as in a pool: InProgress, and the renewals of the
 	// job's lease or claim, so that a long handler keeps its job.
