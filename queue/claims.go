@@ -166,11 +166,10 @@ func (p *Pool) claimed(ctx context.Context, it *inflight) bool {
 		// The heartbeats renew a claim once it is due, up to half a
 		// heartbeat and a tick after its job's last InProgress (see
 		// beatTimes; here reckoned a heartbeat and a quarter, to spare).
-		// A claim to be given
-		// up before then (sent when the job was fetched and settled only
-		// now, after the jobs ahead of it, with nothing to renew it
-		// meanwhile) is renewed now: once it ended, another pool could
-		// take the job over.
+		// A claim to be given up before then (sent when the job was
+		// fetched and settled only now, after the jobs ahead of it, with
+		// nothing to renew it meanwhile) is renewed now: once it ended,
+		// another pool could take the job over.
 		if err != nil || time.Now().Add(p.cfg.heartbeat()*5/4).Before(p.claimGiveUpAt(&claim)) {
 			break
 		}

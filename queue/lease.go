@@ -109,7 +109,7 @@ func (p *Pool) admitBatch(ctx context.Context, c checked) (leased, claimFirst, l
 				return nil, claimFirst, later
 			}
 			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-			err = p.lease.addSince(opCtx, p, batch, snap.LeaseSeq, gen)
+			err = p.lease.add(opCtx, p, batch, snap.LeaseSeq, gen)
 			cancel()
 			if err == nil {
 				batch, first, again = p.recheckTakenOver(ctx, batch)
@@ -405,9 +405,10 @@ func (l *lease) fit(batch []*inflight) (fits, rest []*inflight) {
 }
 
 // add writes the lease with batch's jobs in it. checked is the last lease
-// sequence of the check that found them free. The write expects it, or
-// this pool's own last write if that came later, and its success means
-// that no other pool wrote a lease the check did not see:
+// sequence of the check that found them free, gen the lease's drop count
+// before that check. The write expects checked, or this pool's own last
+// write if that came later, and its success means that no other pool
+// wrote a lease the check did not see:
 //
 //   - every write of this pool expects either the last sequence of a check
 //     (kept in seen, the highest) or this pool's write before it, so since
@@ -415,17 +416,13 @@ func (l *lease) fit(batch []*inflight) (fits, rest []*inflight) {
 //   - a check older than seen may have missed a lease that a later check,
 //     made by a renewal or a retry, saw: add refuses it with ErrLeaseRaced,
 //     so the caller checks again.
-func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked uint64) error {
-	return l.addSince(ctx, p, batch, checked, ^uint64(0))
-}
-
-// addSince is add for jobs sorted after gen drops (see sortBatch): this
-// pool's own adds, the sweep's (see leaseForDeadLetter) and admitBatch's,
-// run side by side, and neither the expected sequence nor seen tells them
-// apart. A job another of them put in the lease since the caller looked
-// (find), or that left it after gen (its record may be newer than the
-// check), is refused with ErrLeaseRaced: the caller checks again.
-func (l *lease) addSince(ctx context.Context, p *Pool, batch []*inflight, checked, gen uint64) error {
+//
+// This pool's own adds, the sweep's (see leaseForDeadLetter) and
+// admitBatch's, run side by side, and neither the expected sequence nor
+// seen tells them apart: a job another of them put in the lease since the
+// caller looked (find), or that left it after gen (its record may be
+// newer than the check), is refused with ErrLeaseRaced too.
+func (l *lease) add(ctx context.Context, p *Pool, batch []*inflight, checked, gen uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

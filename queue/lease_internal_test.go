@@ -48,14 +48,14 @@ func TestLeaseRefusesACheckOlderThanOneItWroteOn(t *testing.T) {
 				if err != nil || newer.LeaseSeq != foreign {
 					t.Fatalf("newer check: got %+v, %v; want the other pool's lease at %d", newer, err, foreign)
 				}
-				if err := p.lease.add(ctx, p, b, newer.LeaseSeq); err != nil {
+				if err := p.lease.add(ctx, p, b, newer.LeaseSeq, p.lease.generation()); err != nil {
 					t.Fatalf("lease b: %v", err)
 				}
 			case "a renewal":
 				// The pool holds b, and its last write is the one
 				// before the other pool's: the renewal races, checks
 				// again and writes on that check.
-				if err := p.lease.add(ctx, p, b, old.LeaseSeq); err != nil {
+				if err := p.lease.add(ctx, p, b, old.LeaseSeq, p.lease.generation()); err != nil {
 					t.Fatalf("lease b: %v", err)
 				}
 				if _, err := p.ledger.WriteLease(ctx, "other", other, p.lease.last); err != nil {
@@ -68,7 +68,7 @@ func TestLeaseRefusesACheckOlderThanOneItWroteOn(t *testing.T) {
 					t.Fatal("renewal: the lease was not written")
 				}
 			}
-			if err := p.lease.add(ctx, p, a, old.LeaseSeq); !errors.Is(err, data.ErrLeaseRaced) {
+			if err := p.lease.add(ctx, p, a, old.LeaseSeq, p.lease.generation()); !errors.Is(err, data.ErrLeaseRaced) {
 				t.Fatalf("lease a on the old check: got %v, want ErrLeaseRaced", err)
 			}
 			fresh, err := p.check(ctx, a)

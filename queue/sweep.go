@@ -328,7 +328,7 @@ func (p *Pool) leaseForDeadLetter(ctx context.Context, job *data.Job, cause stri
 		}
 		job.Resumed = listed || held // an attempt on a lease that ended, or an orphan's, may have run
 		opCtx, cancel = context.WithTimeout(ctx, opTimeout)
-		err = p.lease.addSince(opCtx, p, []*inflight{it}, snap.LeaseSeq, gen)
+		err = p.lease.add(opCtx, p, []*inflight{it}, snap.LeaseSeq, gen)
 		cancel()
 		if errors.Is(err, data.ErrLeaseRaced) {
 			continue // another pool's lease write came first: check again
