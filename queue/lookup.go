@@ -20,7 +20,8 @@ const StateLeased data.State = "leased"
 // lease and has no record until it ends: for a job with none that a live
 // lease holds, it returns what the lease tells (StateLeased, the pool's
 // worker, the job's stream sequence, until when the lease holds it).
-// data.ErrNotFound if neither. The leases are not read on a bucket without
+// data.ErrNotFound if neither; a record stored between the two reads, as
+// the job ended, is read again. The leases are not read on a bucket without
 // direct gets, where no pool leases jobs; one that cannot be read otherwise
 // is an error: it stops every pool from leasing jobs, and this is where it
 // shows.
@@ -28,16 +29,20 @@ func LookUp(ctx context.Context, obj *Objects, id string) (data.Record, error) {
 	ledger := data.NewLedger(obj.Ledger, 0, obj.JS)
 	defer ledger.Close()
 	ledger.SetJobStreamCreated(jobStreamCreated(obj.JS))
-	rec, err := ledger.Get(ctx, id)
-	if err == nil {
+	record := func() (data.Record, error) {
+		rec, err := ledger.Get(ctx, id)
+		if err != nil {
+			return rec, err
+		}
 		// An earlier JOB's job's record is not this one's (a seq-N job
 		// of a JOB made anew).
-		earlier, eerr := ledger.Earlier(ctx, id, time.Time{}, rec) // no message at hand
-		if eerr != nil || !earlier {
-			return rec, eerr
+		earlier, err := ledger.Earlier(ctx, id, time.Time{}, rec) // no message at hand
+		if err == nil && earlier {
+			err = data.ErrNotFound
 		}
-		err = data.ErrNotFound
+		return rec, err
 	}
+	rec, err := record()
 	if !errors.Is(err, data.ErrNotFound) {
 		return rec, err
 	}
@@ -51,6 +56,13 @@ func LookUp(ctx context.Context, obj *Objects, id string) (data.Record, error) {
 	snap, err := ledger.Check(ctx, []*data.Job{{ID: id}}, "")
 	if err != nil {
 		return data.Record{}, fmt.Errorf("no ledger record for job %q, and the pools' leases, which may hold it, cannot be read: %w", id, err)
+	}
+	if snap.Found[0] {
+		// A record stored since the read above: the job ended meanwhile,
+		// and its lease, rewritten since, may list it no more.
+		if rec, err := record(); !errors.Is(err, data.ErrNotFound) {
+			return rec, err
+		}
 	}
 	ls, job, ok := snap.Leased(data.Key(id))
 	if !ok || !snap.Holds(data.Key(id), time.Now()) {
