@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		completed:      counter("jobq_jobs_completed_total", "Jobs whose completion was recorded."),
 		retried:        counter("jobq_jobs_retried_total", "Failed attempts released for a retry."),
 		deadLettered:   counter("jobq_jobs_dead_lettered_total", "Jobs moved to the dead-letter stream."),
-		skipped:        counter("jobq_jobs_skipped_total", "Deliveries acked without running: the job was done already, or a duplicate of a running job."),
+		skipped:        counter("jobq_jobs_skipped_total", "Deliveries acked without running: the job was done already, is dead-lettered already, or is a duplicate of a running job."),
 		handlerSeconds: histogram("jobq_handler_duration_seconds", "How long handler runs took, successful or not."),
 		waitSeconds:    histogram("jobq_enqueue_to_start_seconds", "Time from a job's enqueue to the start of its first attempt."),
 	}
