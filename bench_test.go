@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/jobq/jobq/queue"
 )
 
 // TestCLIBench runs jobq bench small, in JSON and as a table: every mode
@@ -112,5 +120,125 @@ func TestCLIBenchRunsTakesTheMedian(t *testing.T) {
 	}
 	if r := jobq(t, "bench", "--runs", "0", "--dir", dir); r.code != 2 || !strings.Contains(r.stderr, "--runs") {
 		t.Errorf("bench --runs 0: got %s, want exit 2 naming --runs", r)
+	}
+}
+
+// --payload outside what the bench can send is bad usage. Before, 0 ran
+// with 128-byte payloads and 1 to 11 with 12-byte ones, the table naming
+// the size it ran, not the one asked for; and a payload over what the
+// bench's server takes failed at run time, in the warm-up.
+func TestCLIBenchPayloadOutOfRangeIsBadUsage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, p := range []string{"0", "11", "2000000"} {
+		r := jobq(t, "bench", "--jobs", "20", "--payload", p, "--dir", dir)
+		wantOneLineError(t, r, 2, "--payload "+p, "want 12")
+	}
+	// The largest accepted, 1 MiB less 4 KiB for headers, runs.
+	largest := strconv.Itoa(1<<20 - 4<<10)
+	r := jobq(t, "bench", "--jobs", "3", "--payload", largest, "--dir", dir, "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"payload": `+largest+",") {
+		t.Errorf("bench --payload %s: got %s, want it run", largest, r)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("bench left %d entries in --dir (%v), want none", len(entries), err)
+	}
+}
+
+// A stop signal (SIGTERM here, SIGINT, Ctrl-C, alike) stops the bench,
+// which removes its temporary stores and fails with one line. Before, the
+// signal killed jobq and left them behind.
+func TestCLIBenchStopsOnASignalAndRemovesItsStores(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command(jobqBin, "bench", "--dir", dir)
+	cmd.Env = subprocessEnv()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var last string
+	for l := range lines {
+		last = l
+		if l == "bench: baseline process" {
+			break
+		}
+	}
+	if last != "bench: baseline process" {
+		cmd.Wait()
+		t.Fatalf("bench ended before its baseline's process phase: %q", last)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for l := range lines {
+			last = l
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("bench still running a minute after its signal")
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("bench after a signal: got %v, want exit status 1", err)
+	}
+	if want := "jobq: bench stopped by a signal"; !strings.HasPrefix(last, want) {
+		t.Errorf("bench after a signal: got last line %q, want %q", last, want)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("bench left %d entries in --dir (%v), want none", len(entries), err)
+	}
+}
+
+// Over several runs, every ratio in the table is the median of the runs'
+// own ratios. Before, those of enqueueing and of CPU per job divided the
+// ledger's median by the baseline's, figures of different runs.
+func TestBenchTableRatiosAreEachRunsOwn(t *testing.T) {
+	t.Parallel()
+	run := func(base, ledger float64) queue.BenchReport {
+		r := queue.BenchReport{Jobs: 10}
+		for _, m := range []*queue.BenchResult{&r.Baseline, &r.Ledger, &r.NoLedger} {
+			f := ledger
+			if m == &r.Baseline {
+				f = base
+			}
+			m.EnqueueSyncPerS, m.EnqueueAsyncPerS, m.ProcessPerS, m.E2EPerS, m.ProcessCPUUs, m.E2ECPUUs = f, f, f, f, f, f
+		}
+		r.Ratio = queue.BenchRatio{LedgerProcess: ledger / base, LedgerE2E: ledger / base, NoLedgerProcess: ledger / base, NoLedgerE2E: ledger / base}
+		return r
+	}
+	// Ratios 1, 2.5 and 0.75: their median is 1; the medians' ratio,
+	// 300/200, 1.5.
+	rep := queue.BenchMedian([]queue.BenchReport{run(100, 100), run(200, 500), run(400, 300)})
+	var out strings.Builder
+	printBench(&out, rep, "1s")
+	for _, name := range []string{"enqueue jobs/s (one at a time)", "enqueue jobs/s (async)", "process jobs/s", "end-to-end jobs/s", "process CPU µs/job", "end-to-end CPU µs/job"} {
+		var row []string
+		for l := range strings.Lines(out.String()) {
+			if strings.HasPrefix(strings.TrimSpace(l), name) {
+				row = strings.Fields(strings.TrimPrefix(strings.TrimSpace(l), name))
+			}
+		}
+		if len(row) != 5 || row[2] != "1.00x" || row[4] != "1.00x" {
+			t.Errorf("%s: got %q, want the ratios 1.00x, the median of each run's\n%s", name, row, out.String())
+		}
 	}
 }

@@ -2330,12 +2330,19 @@ func benchCommand() *cli.Command {
 	}
 }
 
+// benchMaxPayload is the largest bench --payload: the bench's servers take
+// messages of up to 1 MiB (server.Config's default), headers included.
+const benchMaxPayload = 1<<20 - 4<<10
+
 func bench(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return badUsage("bench takes no arguments")
 	}
-	if c.Int("jobs") <= 0 || c.Int("workers") <= 0 || c.Int("runs") <= 0 || c.Int("payload") < 0 {
-		return badUsage("--jobs, --workers and --runs must be 1 or more, --payload 0 or more")
+	if c.Int("jobs") <= 0 || c.Int("workers") <= 0 || c.Int("runs") <= 0 {
+		return badUsage("--jobs, --workers and --runs must be 1 or more")
+	}
+	if p := c.Int("payload"); p < queue.BenchMinPayload || p > benchMaxPayload {
+		return badUsage("--payload %d: want %d (room for the time each job was sent and its number) to %d (what the bench's server takes, less room for headers)", p, queue.BenchMinPayload, benchMaxPayload)
 	}
 	if w, p := c.Int("workers"), c.Int("prefetch"); w > queue.MaxWorkers || p < 0 || p > queue.MaxPrefetch {
 		return badUsage("--workers %d, --prefetch %d: want --workers 1 to %d, --prefetch 0 (the default) to %d", w, p, queue.MaxWorkers, queue.MaxPrefetch)
@@ -2349,6 +2356,14 @@ func bench(c *cli.Context) error {
 		return fmt.Errorf("make bench dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	// A stop signal ends the bench, its stores removed; a second ends jobq
+	// at once.
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	if f := c.String("cpuprofile"); f != "" {
 		out, err := os.Create(f)
 		if err != nil {
@@ -2385,7 +2400,11 @@ func bench(c *cli.Context) error {
 				progress(fmt.Sprintf("%d/%d %s", i+1, n, mode), phase, done, total)
 			}
 		}
-		rep, err := queue.Bench(c.Context, cfg)
+		rep, err := queue.Bench(ctx, cfg)
+		if ctx.Err() != nil {
+			failed = errors.New("bench stopped by a signal; its temporary stores are removed")
+			break
+		}
 		switch {
 		case err == nil || errors.Is(err, queue.ErrBenchLoss):
 			runs = append(runs, rep)
@@ -2443,37 +2462,32 @@ func printBench(w io.Writer, r queue.BenchReport, sync string) {
 	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tbaseline\tledger\tratio\tno ledger\tratio\t")
-	// ratios: the ledger's and the no-ledger figure's over the baseline's,
-	// nil for none. Where the report has them (processing, end to end),
-	// they are its own: over several runs, the median of each run's ratio.
-	row := func(name string, f func(queue.BenchResult) float64, format string, ratios func(b, l, n float64) (float64, float64)) {
+	// ratios: whether the row shows the ledger's and the no-ledger
+	// figure's over the baseline's; over several runs, the median of each
+	// run's own ratio, as the report's are.
+	row := func(name string, f func(queue.BenchResult) float64, format string, ratios bool) {
 		b, l, n := f(r.Baseline), f(r.Ledger), f(r.NoLedger)
-		if ratios != nil {
-			lr, nr := ratios(b, l, n)
+		if ratios {
+			lr, nr := r.Ratios(f)
 			fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t%.2fx\t"+format+"\t%.2fx\t\n", name, b, l, lr, n, nr)
 			return
 		}
 		fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t\t"+format+"\t\t\n", name, b, l, n)
 	}
-	divided := func(b, l, n float64) (float64, float64) { return l / b, n / b }
-	row("enqueue jobs/s (one at a time)", func(b queue.BenchResult) float64 { return b.EnqueueSyncPerS }, "%.0f", divided)
-	row("enqueue jobs/s (async)", func(b queue.BenchResult) float64 { return b.EnqueueAsyncPerS }, "%.0f", divided)
-	row("process jobs/s", func(b queue.BenchResult) float64 { return b.ProcessPerS }, "%.0f", func(_, _, _ float64) (float64, float64) {
-		return r.Ratio.LedgerProcess, r.Ratio.NoLedgerProcess
-	})
-	row("end-to-end jobs/s", func(b queue.BenchResult) float64 { return b.E2EPerS }, "%.0f", func(_, _, _ float64) (float64, float64) {
-		return r.Ratio.LedgerE2E, r.Ratio.NoLedgerE2E
-	})
+	row("enqueue jobs/s (one at a time)", func(b queue.BenchResult) float64 { return b.EnqueueSyncPerS }, "%.0f", true)
+	row("enqueue jobs/s (async)", func(b queue.BenchResult) float64 { return b.EnqueueAsyncPerS }, "%.0f", true)
+	row("process jobs/s", func(b queue.BenchResult) float64 { return b.ProcessPerS }, "%.0f", true)
+	row("end-to-end jobs/s", func(b queue.BenchResult) float64 { return b.E2EPerS }, "%.0f", true)
 	if r.Baseline.ProcessCPUUs > 0 {
-		row("process CPU µs/job", func(b queue.BenchResult) float64 { return b.ProcessCPUUs }, "%.1f", divided)
-		row("end-to-end CPU µs/job", func(b queue.BenchResult) float64 { return b.E2ECPUUs }, "%.1f", divided)
+		row("process CPU µs/job", func(b queue.BenchResult) float64 { return b.ProcessCPUUs }, "%.1f", true)
+		row("end-to-end CPU µs/job", func(b queue.BenchResult) float64 { return b.E2ECPUUs }, "%.1f", true)
 	}
-	row("latency p50 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", nil)
-	row("latency p99 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", nil)
-	row("latency max ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", nil)
-	row("latency p50 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP50Ms }, "%.0f", nil)
-	row("latency p99 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP99Ms }, "%.0f", nil)
-	row("peak RSS MB", func(b queue.BenchResult) float64 { return b.PeakRSSMB }, "%.0f", nil)
+	row("latency p50 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", false)
+	row("latency p99 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", false)
+	row("latency max ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyMaxMs }, "%.2f", false)
+	row("latency p50 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP50Ms }, "%.0f", false)
+	row("latency p99 ms, saturated", func(b queue.BenchResult) float64 { return b.SaturatedP99Ms }, "%.0f", false)
+	row("peak RSS MB", func(b queue.BenchResult) float64 { return b.PeakRSSMB }, "%.0f", false)
 	tw.Flush()
 	for i, run := range r.Runs {
 		fmt.Fprintf(w, "\nrun %d: ratios ledger process %.2f, end-to-end %.2f; no ledger process %.2f, end-to-end %.2f", i+1, run.Ratio.LedgerProcess, run.Ratio.LedgerE2E, run.Ratio.NoLedgerProcess, run.Ratio.NoLedgerE2E)

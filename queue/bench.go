@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +29,8 @@ import (
 type BenchConfig struct {
 	// Jobs per phase. Defaults to 20000.
 	Jobs int
-	// Payload is the payload size in bytes, at least 12. Defaults to 128.
+	// Payload is the payload size in bytes, at least BenchMinPayload.
+	// Defaults to 128.
 	Payload int
 	// Workers for jobq's pool. Defaults to 8.
 	Workers int
@@ -45,6 +47,10 @@ type BenchConfig struct {
 	Progress func(mode, phase string, done, total int)
 	Log      zerolog.Logger
 }
+
+// BenchMinPayload is the smallest payload Bench sends: each job carries the
+// time it was sent and its number.
+const BenchMinPayload = 12
 
 // BenchResult holds one mode's figures.
 type BenchResult struct {
@@ -188,7 +194,7 @@ var ErrBenchLoss = errors.New("jobs lost or duplicated")
 // mode publishes with Nats-Msg-Id to the same JOB/WORKER configuration.
 func Bench(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	cfg.Jobs = cmpOr(cfg.Jobs, 20000)
-	cfg.Payload = max(cmpOr(cfg.Payload, 128), 12)
+	cfg.Payload = max(cmpOr(cfg.Payload, 128), BenchMinPayload)
 	cfg.Workers = cmpOr(cfg.Workers, 8)
 	cfg.Prefetch = cmpOr(cfg.Prefetch, DefaultPrefetch)
 	rep := BenchReport{Jobs: cfg.Jobs, Payload: cfg.Payload, Workers: cfg.Workers, Prefetch: cfg.Prefetch}
@@ -213,7 +219,7 @@ func Bench(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	if err := os.RemoveAll(warm.Dir); err != nil {
 		return rep, err
 	}
-	var loss error
+	var loss []string
 	for _, m := range modes {
 		r, err := benchMode(ctx, cfg, m.name)
 		for m.name == "baseline" && err == nil && r.Stalled() && rep.BaselineStalls < benchBaselineTries-1 {
@@ -226,14 +232,8 @@ func Bench(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 		}
 		*m.out = r
 		if r.Lost > 0 || r.Duplicates > 0 {
-			loss = fmt.Errorf("%w: %s lost %d and duplicated %d", ErrBenchLoss, m.name, r.Lost, r.Duplicates)
+			loss = append(loss, fmt.Sprintf("%s lost %d and duplicated %d", m.name, r.Lost, r.Duplicates))
 		}
-	}
-	ratio := func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
 	}
 	rep.Ratio = BenchRatio{
 		LedgerProcess:   ratio(rep.Ledger.ProcessPerS, rep.Baseline.ProcessPerS),
@@ -241,7 +241,33 @@ func Bench(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 		NoLedgerProcess: ratio(rep.NoLedger.ProcessPerS, rep.Baseline.ProcessPerS),
 		NoLedgerE2E:     ratio(rep.NoLedger.E2EPerS, rep.Baseline.E2EPerS),
 	}
-	return rep, loss
+	if len(loss) > 0 {
+		return rep, fmt.Errorf("%w: %s", ErrBenchLoss, strings.Join(loss, "; "))
+	}
+	return rep, nil
+}
+
+// ratio is a over b; 0 if b is.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Ratios is f's figure of the ledger and of the no-ledger mode over the
+// baseline's. Over several runs it is, as Ratio is, the median of each run's
+// own ratio, not a ratio of figures from different runs.
+func (r BenchReport) Ratios(f func(BenchResult) float64) (ledger, noLedger float64) {
+	runs := r.Runs
+	if len(runs) == 0 {
+		runs = []BenchReport{r}
+	}
+	ls, ns := make([]float64, len(runs)), make([]float64, len(runs))
+	for i, run := range runs {
+		ls[i], ns[i] = ratio(f(run.Ledger), f(run.Baseline)), ratio(f(run.NoLedger), f(run.Baseline))
+	}
+	return median(ls), median(ns)
 }
 
 func cmpOr(v, def int) int {
@@ -265,7 +291,11 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	rss := startRSSSampler()
 	defer func() { res.PeakRSSMB = rss() }()
 
+	// A fresh store, for a baseline measured again too.
 	dir := filepath.Join(cfg.Dir, mode)
+	if err := os.RemoveAll(dir); err != nil {
+		return res, err
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return res, err
 	}
@@ -407,6 +437,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 		defer close(out)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
+		futures := make([]jetstream.PubAckFuture, 0, n)
 		for i := range n {
 			select {
 			case <-tick.C:
@@ -414,15 +445,22 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 				out <- pubCtx.Err()
 				return
 			}
-			// The acks are not awaited: waitHandled sees every job that arrives.
-			if _, err := t.publishAsync("job.bench", "l-"+strconv.Itoa(i), payload(i)); err != nil {
+			// The acks are awaited once all are sent, so that the end of
+			// publishing means every job is stored (see waitHandled).
+			f, err := t.publishAsync("job.bench", "l-"+strconv.Itoa(i), payload(i))
+			if err != nil {
 				out <- err
 				return
 			}
+			futures = append(futures, f)
 		}
-		out <- nil
+		out <- awaitAcks(pubCtx, futures)
 	}(steady)
-	err = waitHandled(ctx, obj, counts, func(n int) { progress("latency", n) }, steady)
+	err = waitHandled(ctx, obj, counts, func(done int) {
+		if cfg.Progress != nil {
+			cfg.Progress(mode, "latency", done, n)
+		}
+	}, steady)
 	if err != nil {
 		stopPublishing()
 		<-steady
@@ -464,16 +502,8 @@ func publishAll(ctx context.Context, t benchTarget, n int, prefix string, payloa
 	// with --sync always.
 	futures := make([]jetstream.PubAckFuture, 0, 256)
 	flush := func() error {
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return err
-			case <-time.After(30 * time.Second):
-				return errors.New("publish ack timeout")
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if err := awaitAcks(ctx, futures); err != nil {
+			return err
 		}
 		futures = futures[:0]
 		return nil
@@ -496,12 +526,32 @@ func publishAll(ctx context.Context, t benchTarget, n int, prefix string, payloa
 	return flush()
 }
 
+// awaitAcks waits for each of futures' acks.
+func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) error {
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("publish ack timeout")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // waitHandled waits until every job was handled and JOB is empty (acked),
-// and until publishing, if given, ends; a publishing error ends the wait.
+// and until publishing, if given, ends with every job stored; a publishing
+// error, or ctx's end, ends the wait. So does a loss: once publishing ended,
+// JOB is looked at every second that not every job was handled, and if it is
+// empty no job is left to come; c.verify then counts the missing as lost.
 // It keeps in c.watch the longest time without progress: without a job
 // handled, or, once all were, without one acked.
 func waitHandled(ctx context.Context, obj *Objects, c *benchCounts, progress func(int), publishing <-chan error) error {
 	deadline := time.Now().Add(5 * time.Minute)
+	looked := time.Now()
 	for {
 		select {
 		case err := <-publishing:
@@ -509,12 +559,26 @@ func waitHandled(ctx context.Context, obj *Objects, c *benchCounts, progress fun
 				return err
 			}
 			publishing = nil
+		case <-ctx.Done():
+			return ctx.Err()
 		default:
 		}
 		n := int(c.handled.Load())
 		progress(n)
 		if n < c.n {
 			c.watch.see(progressMark{handled: n}, time.Now())
+			if publishing == nil && time.Since(looked) >= time.Second {
+				looked = time.Now()
+				info, err := obj.Jobs.Info(ctx)
+				if err != nil {
+					return err
+				}
+				// A job is counted handled before it is acked, and so
+				// before JOB lets it go: counted again after the look.
+				if info.State.Msgs == 0 && int(c.handled.Load()) < c.n {
+					return nil
+				}
+			}
 		} else {
 			info, err := obj.Jobs.Info(ctx)
 			if err != nil {
