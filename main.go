@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -682,6 +683,11 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 	for _, f := range []string{"tls-cert", "tls-key"} {
 		if name := c.String(f); name != "" {
 			if _, err := os.Stat(name); err != nil {
+				if strings.Contains(name, "PRIVATE KEY") {
+					// The key itself, as PEM, not its file: the secret
+					// would be in the message.
+					return server.Config{}, queue.Config{}, badUsage("--%s is given a private key, a secret (not shown): pass the name of a file holding it", f)
+				}
 				return server.Config{}, queue.Config{}, badUsage("--%s: %v", f, err)
 			}
 		}
@@ -1266,6 +1272,9 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 	}
 	if f := c.String("nkey-seed"); f != "" {
 		o, err := nats.NkeyOptionFromSeed(f)
+		if err != nil && nkeySeed.MatchString(f) {
+			return nil, badUsage("--nkey-seed is given an nkey seed, a secret (not shown): pass the name of a file holding it, readable by you alone")
+		}
 		if err != nil {
 			return nil, badUsage("--nkey-seed %s: %v", f, err)
 		}
@@ -1292,6 +1301,11 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 	}
 	return nc, nil
 }
+
+// nkeySeed matches an nkey seed itself, also one cut short or mistyped, as
+// opposed to the name of a file holding one: every seed starts with S and
+// is written in base32.
+var nkeySeed = regexp.MustCompile(`^S[A-Z2-7]{40,}$`)
 
 // validServerURLs checks a --server value: NATS URLs, comma-separated, as
 // nats://host:port (tls://, ws:// and wss:// too).

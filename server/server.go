@@ -123,6 +123,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s looks like a bcrypt hash: pass the secret itself", flag)
 		}
 	}
+	if c.NKey != "" && strings.HasPrefix(c.NKey, "S") {
+		// Every nkey seed starts with S: the secret itself, which no
+		// message may show.
+		return errors.New("--nkey is given an nkey seed, a secret (not shown): pass the user's public key, as `nk -inkey SEED_FILE -pubout` prints it, and give the seed file to clients' --nkey-seed")
+	}
 	if c.NKey != "" && !nkeys.IsValidPublicUserKey(c.NKey) {
 		return fmt.Errorf("--nkey %q is not a user public key: pass one starting with U, as `nk -gen user -pubout` prints", c.NKey)
 	}

@@ -268,3 +268,19 @@ func TestNKeyStartGivesNoPlaintextPasswordWarning(t *testing.T) {
 		t.Errorf("start with --nkey logged: %s", strings.TrimSpace(out.String()))
 	}
 }
+
+// A user's seed given to --nkey, which takes its public key, is refused
+// without being shown: the message quoted it, and the secret went to the
+// terminal or the service's log.
+func TestNKeySeedIsNotShown(t *testing.T) {
+	t.Parallel()
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	err := server.Config{StoreDir: "x", NKey: string(seed)}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--nkey") || !strings.Contains(err.Error(), "public key") {
+		t.Fatalf("--nkey SEED: got %v, want an error asking for the public key", err)
+	}
+	if strings.Contains(err.Error(), string(seed[8:40])) {
+		t.Errorf("--nkey SEED: got %q, which shows the seed", err)
+	}
+}
