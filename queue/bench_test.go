@@ -110,12 +110,22 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(tt.name, func(b *testing.B) {
 			pobj, obj := benchClients(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
 			p := queue.NewProducer(pobj.JS, pobj.Config)
+			futures := make([]jetstream.PubAckFuture, b.N)
 			for i := range b.N {
-				if _, err := p.EnqueueAsync("job.bench", make([]byte, benchPayload), queue.EnqueueOptions{ID: "b-" + strconv.Itoa(i)}); err != nil {
+				f, err := p.EnqueueAsync("job.bench", make([]byte, benchPayload), queue.EnqueueOptions{ID: "b-" + strconv.Itoa(i)})
+				if err != nil {
 					b.Fatal(err)
 				}
+				futures[i] = f
 			}
-			<-pobj.JS.PublishAsyncComplete()
+			// A job not stored would leave the pool waiting for it for good.
+			for _, f := range futures {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					b.Fatalf("fill the queue: %v", err)
+				}
+			}
 			var handled atomic.Int64
 			done := make(chan struct{})
 			if tt.name == "baseline" {
