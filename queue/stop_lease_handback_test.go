@@ -86,10 +86,12 @@ func TestStopHandsLeasedJobsToAnotherPoolAtOnce(t *testing.T) {
 
 	var mu sync.Mutex
 	attempts := map[string][]int{}
+	resumed := map[string]bool{}
 	other.startPool(t, handlers.HandlerFunc(func(_ context.Context, job *data.Job) error {
 		mu.Lock()
 		defer mu.Unlock()
 		attempts[job.ID] = append(attempts[job.ID], job.Attempt)
+		resumed[job.ID] = resumed[job.ID] || job.Resumed
 		return nil
 	}))
 
@@ -118,6 +120,9 @@ func TestStopHandsLeasedJobsToAnotherPoolAtOnce(t *testing.T) {
 	for _, id := range waiting {
 		if got := attempts[id]; !slices.Equal(got, []int{2}) {
 			t.Errorf("job %s ran in the other pool on deliveries %v; want [2]: handed back once, run on the next", id, got)
+		}
+		if resumed[id] {
+			t.Errorf("job %s ran in the other pool as a resumed attempt; want a first one: it never ran before", id)
 		}
 	}
 	for _, id := range []string{"long", "first"} {
