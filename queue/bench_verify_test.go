@@ -47,15 +47,9 @@ func TestBenchReportsALostJobAndTheModeThatLostIt(t *testing.T) {
 		}
 		// Some of the queue is stored: the oldest job goes.
 		deleted[mode] = true
-		nc, err := srv.Connect()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Error(err)
+		js, closeJS := benchJS(t, srv)
+		defer closeJS()
+		if js == nil {
 			return
 		}
 		s, err := js.Stream(ctx, queue.StreamJob)
@@ -123,15 +117,9 @@ func TestBenchMeasuresAStalledBaselineAgainOnAFreshStore(t *testing.T) {
 			return
 		}
 		paused = true
-		nc, err := srv.Connect()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Error(err)
+		js, closeJS := benchJS(t, srv)
+		defer closeJS()
+		if js == nil {
 			return
 		}
 		if _, err := js.PauseConsumer(ctx, queue.StreamJob, queue.ConsumerWorker, time.Now().Add(7*time.Second)); err != nil {
@@ -148,4 +136,20 @@ func TestBenchMeasuresAStalledBaselineAgainOnAFreshStore(t *testing.T) {
 	if stale != nil {
 		t.Errorf("measured %q on a store that was there before, want fresh stores", stale)
 	}
+}
+
+// benchJS connects to the server of the mode a bench measures, from its
+// progress callback; nil, with the error reported, if it cannot. Call done
+// once through.
+func benchJS(t *testing.T, srv *server.Server) (js jetstream.JetStream, done func()) {
+	t.Helper()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Error(err)
+		return nil, func() {}
+	}
+	if js, err = jetstream.New(nc); err != nil {
+		t.Error(err)
+	}
+	return js, nc.Close
 }
