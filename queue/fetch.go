@@ -203,13 +203,8 @@ func (p *Pool) admit(m *nats.Msg, of int64) {
 // run, as for any redelivery.
 func (p *Pool) makeWorkerAnew(ctx context.Context) {
 	_, change, err := ensureConsumer(ctx, p.obj.JS, p.cfg, p.log)
-	if errors.Is(err, jetstream.ErrConsumerExists) {
-		// Made by another between the look-up and the create: looked at
-		// again, as found.
-		_, change, err = ensureConsumer(ctx, p.obj.JS, p.cfg, p.log)
-	}
 	switch {
-	case errors.Is(err, jetstream.ErrConsumerExists), err == nil && change == "":
+	case err == nil && change == "":
 		// Another pool made it first, with its own settings or jobq's.
 		p.log.Warn().Msg("consumer " + ConsumerWorker + " was deleted: another pool created it again")
 	case errors.Is(err, ErrConflict):

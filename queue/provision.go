@@ -160,15 +160,31 @@ func deadStreamConfig(cfg Config) jetstream.StreamConfig {
 	}
 }
 
+// ensureStream creates want's stream, or checks the one found and edits it
+// in place to jobq's settings. One that another jobq (or client) created
+// between the look-up that found none and the create, with settings of its
+// own (another --dedupe-window, say), is looked up again and taken as
+// found: its create failed with "already in use", and of two jobq started
+// together on one server with different flags, one exited. (With the same
+// settings the create succeeds.) ensureConsumer and ensureBucket do the
+// same.
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, log zerolog.Logger) (s jetstream.Stream, change string, err error) {
-	s, err = retryUnanswered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
+	lookUp := func() (jetstream.Stream, error) {
+		return retryUnanswered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
+	}
+	s, err = lookUp()
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
-		if err != nil {
+		switch {
+		case err == nil:
+			log.Info().Str("stream", want.Name).Msg("stream created")
+			return s, "stream " + want.Name + " " + wasCreated, nil
+		case !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
 			return nil, "", fmt.Errorf("create stream %s: %w", want.Name, err)
 		}
-		log.Info().Str("stream", want.Name).Msg("stream created")
-		return s, "stream " + want.Name + " " + wasCreated, nil
+		// Made by another jobq between the look-up and the create (see
+		// ensureStream).
+		s, err = lookUp()
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("look up stream %s: %w", want.Name, err)
@@ -256,16 +272,24 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 		AckWait:       cfg.AckWait,
 		MaxAckPending: max(1000, 2*(cfg.Workers+cfg.Prefetch)),
 	}
-	c, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
-		return js.Consumer(ctx, StreamJob, ConsumerWorker)
-	})
+	lookUp := func() (jetstream.Consumer, error) {
+		return retryUnanswered(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+			return js.Consumer(ctx, StreamJob, ConsumerWorker)
+		})
+	}
+	c, err := lookUp()
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c, err = js.CreateConsumer(ctx, StreamJob, want)
-		if err != nil {
+		switch {
+		case err == nil:
+			log.Info().Str("consumer", ConsumerWorker).Msg("consumer created")
+			return c, "consumer " + ConsumerWorker + " " + wasCreated, nil
+		case !errors.Is(err, jetstream.ErrConsumerExists):
 			return nil, "", fmt.Errorf("create consumer %s: %w", ConsumerWorker, err)
 		}
-		log.Info().Str("consumer", ConsumerWorker).Msg("consumer created")
-		return c, "consumer " + ConsumerWorker + " " + wasCreated, nil
+		// Made by another jobq between the look-up and the create (see
+		// ensureStream).
+		c, err = lookUp()
 	}
 	if errors.Is(err, jetstream.ErrNotPullConsumer) {
 		return nil, "", fmt.Errorf("%w: consumer %s is a push consumer, jobq needs a pull consumer; delete it with `nats consumer rm %s %s`", ErrConflict, ConsumerWorker, StreamJob, ConsumerWorker)
@@ -318,9 +342,18 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, log
 }
 
 func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
-	kv, err := retryUnanswered(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, BucketProcessed) })
+	lookUp := func() (jetstream.KeyValue, error) {
+		return retryUnanswered(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, BucketProcessed) })
+	}
+	kv, err := lookUp()
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return createBucket(ctx, js, cfg, log)
+		kv, err = createBucket(ctx, js, cfg, log)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return kv, err
+		}
+		// Made by another jobq between the look-up and the create (see
+		// ensureStream).
+		kv, err = lookUp()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up bucket %s: %w", BucketProcessed, err)
