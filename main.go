@@ -692,6 +692,14 @@ func config(c *cli.Context, log zerolog.Logger) (server.Config, queue.Config, er
 			}
 		}
 	}
+	if cert, key := c.String("tls-cert"), c.String("tls-key"); cert != "" && key != "" {
+		// Files that are there but hold no certificate and its key are
+		// bad usage too, refused before anything starts. The error names
+		// no key material.
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			return server.Config{}, queue.Config{}, badUsage("--tls-cert and --tls-key: %v; pass a PEM certificate and the private key it was made for", err)
+		}
+	}
 	return sc, qc, nil
 }
 

@@ -1174,6 +1174,10 @@ func TestCLIHandlers(t *testing.T) {
 func TestCLIUsage(t *testing.T) {
 	t.Parallel()
 	nowhere := "nats://" + freeAddr(t) // nothing listens there
+	notPEM := filepath.Join(t.TempDir(), "cert.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -1222,6 +1226,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "handler outside job", args: []string{"serve", "--handler", "foo.>=log"}, want: []string{`"foo.>"`}},
 		{name: "sync bogus", args: []string{"serve", "--sync", "bogus"}, want: []string{`--sync "bogus"`, "always"}},
 		{name: "tls cert missing", args: []string{"serve", "--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"}, want: []string{"--tls-cert", "cert.pem"}},
+		{name: "tls cert and key that are not PEM", args: []string{"serve", "--tls-cert", notPEM, "--tls-key", notPEM}, want: []string{"--tls-cert and --tls-key", "PEM"}},
 		{name: "log level loud", args: []string{"serve", "--log-level", "loud"}, want: []string{`--log-level "loud"`, "debug"}},
 		{name: "log format", args: []string{"serve", "--log-format", "xml"}, want: []string{`--log-format "xml"`}},
 		{name: "serve with an argument", args: []string{"serve", "now"}, want: []string{"no arguments"}},
