@@ -1277,6 +1277,10 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 	}
 	if u := c.String("user"); u != "" {
 		opts = append(opts, nats.UserInfo(u, c.String("password")))
+	} else if c.String("password") != "" {
+		// Not sent at all: the server would refuse the connection, its
+		// cause unsaid.
+		return nil, badUsage("--password without --user: pass both")
 	}
 	if f := c.String("nkey-seed"); f != "" {
 		o, err := nats.NkeyOptionFromSeed(f)

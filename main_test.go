@@ -1200,6 +1200,7 @@ func TestCLIUsage(t *testing.T) {
 		{name: "unknown flag before the command", args: []string{"--bogus"}, want: []string{"see jobq --help"}},
 		{name: "next with an argument", args: []string{"next", "x", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "status with an argument", args: []string{"status", "x", "--server", nowhere}, want: []string{"no arguments"}},
+		{name: "client password without user", args: []string{"status", "--password", "p", "--server", nowhere}, want: []string{"--password", "--user", "pass both"}},
 		{name: "dlq list with an argument", args: []string{"dlq", "list", "x", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "dlq purge with an argument", args: []string{"dlq", "purge", "dl-1", "--server", nowhere}, want: []string{"no arguments"}},
 		{name: "dlq retry without target", args: []string{"dlq", "retry", "--server", nowhere}, want: []string{"--all"}},
