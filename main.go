@@ -1314,6 +1314,18 @@ func connect(c *cli.Context, url string) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// untilSignal returns a context that SIGINT or SIGTERM ends; a second
+// signal ends jobq at once, as the signal's default does. Call stop once
+// through.
+func untilSignal(parent context.Context) (ctx context.Context, stop context.CancelFunc) {
+	ctx, stop = signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
+}
+
 // nkeySeed matches an nkey seed itself, also one cut short or mistyped, as
 // opposed to the name of a file holding one: every seed starts with S and
 // is written in base32.
@@ -1569,12 +1581,8 @@ func importJobs(c *cli.Context) error {
 		return err
 	}
 	defer closeFn()
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := untilSignal(c.Context)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal ends jobq at once
-	}()
 	progress := newImportProgress(c.App.ErrWriter, total)
 	p := queue.NewProducer(obj.JS, queue.Config{MaxPayload: c.Int("max-payload")}).JOBLimit(obj).AttemptTimeout(c.Duration("timeout"))
 	sum, err := queue.Import(ctx, p, in, queue.ImportOptions{
@@ -1729,12 +1737,8 @@ func next(c *cli.Context) error {
 	defer closeFn()
 	// From here on a signal ends next in order: a job taken and not
 	// shown is handed back. A second signal ends jobq at once.
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := untilSignal(c.Context)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
 	var printErr error // the job could not be printed: it is not done
 	var shown string
 	show := func(job *data.Job) error {
@@ -2382,14 +2386,9 @@ func bench(c *cli.Context) error {
 		return fmt.Errorf("make bench dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	// A stop signal ends the bench, its stores removed; a second ends jobq
-	// at once.
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	// A stop signal ends the bench, its stores removed.
+	ctx, stop := untilSignal(c.Context)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
 	if f := c.String("cpuprofile"); f != "" {
 		out, err := os.Create(f)
 		if err != nil {

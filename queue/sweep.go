@@ -299,8 +299,9 @@ var (
 // claim that the job awaits its dead letter, with cause. A copy of the job
 // that a pool leased first keeps it (errLeftToALease); a pool that takes a
 // copy after finds the job in this lease, as a copy of a running one, or
-// claims it through its record, which then decides. (A failed record created outside a lease, after a look at the leases,
-// refused the outcome of a copy leased in between, which then ran again.)
+// claims it through its record, which then decides. (A failed record
+// created outside a lease, after a look at the leases, refused the outcome
+// of a copy leased in between, which then ran again.)
 // errRecorded: a record came first, which decides. The caller records
 // the job failed through the claim once its dead letter is stored, and
 // calls drop, which takes the job out of the lease, whatever the outcome.
