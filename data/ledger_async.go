@@ -25,7 +25,7 @@ type PendingClaim struct {
 	job    *Job
 	worker string
 	claim  Claim
-	ack    *ack
+	ack    *Ack
 }
 
 // ClaimAsync starts claiming job for worker, assuming it has no record yet.
@@ -67,7 +67,7 @@ type PendingWrite struct {
 	l    *Ledger
 	c    *Claim
 	next Record
-	ack  *ack
+	ack  *Ack
 }
 
 // DoneAsync starts recording the job's completion. Wait returns what Done
@@ -88,8 +88,8 @@ func (l *Ledger) DoneAsync(c *Claim, took time.Duration) (*PendingWrite, error) 
 		// say): that is the write's answer, and the caller writes again
 		// as for a write the ledger did not answer (see Again), rather
 		// than give up the record of a job whose handler succeeded.
-		a = &ack{done: make(chan struct{}), err: err}
-		close(a.done)
+		a = &Ack{done: make(chan struct{})}
+		a.resolve(jetstream.PubAck{}, err)
 	}
 	pw.ack = a
 	return pw, nil
@@ -178,7 +178,7 @@ func renewalOf(rec, claim Record) bool {
 
 // publish starts a compare-and-set write of rec under key, expecting the
 // key's last revision to be revision (0: no record).
-func (l *Ledger) publish(key string, rec Record, revision uint64) (*ack, error) {
+func (l *Ledger) publish(key string, rec Record, revision uint64) (*Ack, error) {
 	l.writes.once.Do(func() { l.writes.w, l.writes.err = newWriter(l.js.Conn()) })
 	if l.writes.err != nil {
 		return nil, l.writes.err
@@ -194,10 +194,11 @@ type writes struct {
 	err    error
 }
 
-func waitAck(ctx context.Context, a *ack) (uint64, error) {
+func waitAck(ctx context.Context, a *Ack) (uint64, error) {
 	select {
 	case <-a.done:
-		return a.seq, a.err
+		ack, err := a.Result()
+		return ack.Sequence, err
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}

@@ -279,7 +279,7 @@ func (l *Ledger) Close() {
 	l.writes.once.Do(func() { l.writes.err = errors.New("ledger closed") })
 	l.writes.closed.Do(func() {
 		if l.writes.w != nil {
-			l.writes.w.close()
+			l.writes.w.Close()
 		}
 	})
 }

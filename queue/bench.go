@@ -283,6 +283,8 @@ type benchTarget struct {
 	publishAsync func(subject, id string, payload []byte) (jetstream.PubAckFuture, error)
 	// startWorkers starts handling jobs with h and returns a stop func.
 	startWorkers func(h func(payload []byte)) (func(), error)
+	// close ends the target's producer (nil: nothing to end).
+	close func()
 }
 
 func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResult, err error) {
@@ -340,6 +342,9 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 		t = baselineTarget(js, wobj)
 	} else {
 		t = jobqTarget(js, wobj, cfg.Log)
+	}
+	if t.close != nil {
+		defer t.close()
 	}
 	progress := func(phase string, done int) {
 		if cfg.Progress != nil {
@@ -721,6 +726,7 @@ func baselineTarget(js jetstream.JetStream, obj *Objects) benchTarget {
 func jobqTarget(js jetstream.JetStream, obj *Objects, log zerolog.Logger) benchTarget {
 	p := NewProducer(js, obj.Config)
 	return benchTarget{
+		close: p.Close,
 		publish: func(ctx context.Context, subject, id string, payload []byte) error {
 			_, err := p.Enqueue(ctx, subject, payload, EnqueueOptions{ID: id})
 			return err

@@ -110,6 +110,7 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(tt.name, func(b *testing.B) {
 			pobj, obj := benchClients(b, queue.Config{Workers: 8, NoLedger: tt.noLedger})
 			p := queue.NewProducer(pobj.JS, pobj.Config)
+			defer p.Close()
 			futures := make([]jetstream.PubAckFuture, b.N)
 			for i := range b.N {
 				f, err := p.EnqueueAsync("job.bench", make([]byte, benchPayload), queue.EnqueueOptions{ID: "b-" + strconv.Itoa(i)})
@@ -219,6 +220,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				}()
 			}
 			p := queue.NewProducer(obj.JS, obj.Config)
+			defer p.Close()
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu := startCPU()

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 )
 
@@ -113,15 +114,13 @@ type LineError struct {
 // malformed in strict mode; failed lines are in the summary.
 func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (ImportSummary, error) {
 	opts = opts.withDefaults()
-	// A JetStream context of its own whose futures time out, so that
-	// waiting for one never hangs.
-	ajs, err := jetstream.New(p.js.Conn(), jetstream.WithPublishAsyncTimeout(opts.AckTimeout), jetstream.WithPublishAsyncMaxPending(opts.Window+1))
+	// A publisher of its own whose futures time out after AckTimeout, so
+	// that waiting for one never hangs.
+	async, err := data.NewPublisher(p.js.Conn(), data.PublisherOptions{Timeout: opts.AckTimeout, MaxPending: opts.Window + 1, FailOnReconnect: true, NoResponderRetries: 2})
 	if err != nil {
-		return ImportSummary{}, fmt.Errorf("open jetstream: %w", err)
+		return ImportSummary{}, fmt.Errorf("start publishing: %w", err)
 	}
-	defer ajs.CleanupPublisher()
-	async := *p
-	async.js = ajs
+	defer async.Close()
 	im := &importer{p: p, opts: opts, ring: make([]published, opts.Window), last: time.Now()}
 	defer func() {
 		if im.endSettling != nil {
@@ -194,7 +193,7 @@ func Import(ctx context.Context, p *Producer, r io.Reader, opts ImportOptions) (
 				im.settleOldest(ctx)
 			}
 			sent = time.Now()
-			f, err = async.EnqueueAsync(job.subject, job.payload, job.opts)
+			f, err = p.enqueueAsyncOn(async, job.subject, job.payload, job.opts)
 			malformed = lineRefused(err)
 		}
 		if err != nil && !malformed {

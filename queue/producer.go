@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,13 +47,52 @@ type Producer struct {
 	// window is JOB's dedupe window: a lost ack is sent again only
 	// within it, or JOB would store the job twice.
 	window time.Duration
+	// async is EnqueueAsync's publisher, started by its first call.
+	async *asyncPublisher
 }
+
+// asyncPublisher is a Producer's publisher for EnqueueAsync.
+type asyncPublisher struct {
+	mu  sync.Mutex
+	pub *data.Publisher
+	err error
+}
+
+// maxAsyncPending bounds the jobs of EnqueueAsync waiting for their
+// acknowledgement, as jetstream's async publishes are bounded by default.
+const maxAsyncPending = 4000
 
 // NewProducer returns a Producer that publishes through js, refuses
 // payloads over cfg.MaxPayload and counts stored jobs in cfg.Metrics.
 func NewProducer(js jetstream.JetStream, cfg Config) *Producer {
 	cfg = cfg.withDefaults()
-	return &Producer{js: js, maxPayload: cfg.MaxPayload, metrics: cfg.Metrics, attempts: 5, attemptTimeout: 5 * time.Second, window: cfg.DedupeWindow}
+	return &Producer{js: js, maxPayload: cfg.MaxPayload, metrics: cfg.Metrics, attempts: 5, attemptTimeout: 5 * time.Second, window: cfg.DedupeWindow,
+		async: &asyncPublisher{}}
+}
+
+// Close ends what EnqueueAsync started: jobs still waiting for their
+// acknowledgement fail, and EnqueueAsync fails from then on. Enqueue works
+// still. It does not close the connection.
+func (p *Producer) Close() {
+	p.async.mu.Lock()
+	defer p.async.mu.Unlock()
+	if p.async.pub != nil {
+		p.async.pub.Close()
+	}
+	if p.async.err == nil {
+		p.async.err = errors.New("producer closed")
+	}
+}
+
+// publisher returns EnqueueAsync's publisher, started on first use.
+func (p *Producer) publisher() (*data.Publisher, error) {
+	p.async.mu.Lock()
+	defer p.async.mu.Unlock()
+	if p.async.pub == nil && p.async.err == nil {
+		p.async.pub, p.async.err = data.NewPublisher(p.js.Conn(), data.PublisherOptions{
+			Timeout: p.attemptTimeout, MaxPending: maxAsyncPending, FailOnReconnect: true, NoResponderRetries: 2})
+	}
+	return p.async.pub, p.async.err
 }
 
 // Enqueue stores one job and returns the stream's acknowledgement. A publish
@@ -141,59 +181,94 @@ func (p *Producer) JOBLimit(obj *Objects) *Producer {
 }
 
 // EnqueueAsync checks a job and publishes it without waiting for the
-// stream's acknowledgement; the future reports it. The connection bounds how
-// many publishes are outstanding. Use it for bulk work; Enqueue for one job.
+// stream's acknowledgement; the future reports it. Use it for bulk work;
+// Enqueue for one job. A lost acknowledgement is not retried: a future
+// fails with jetstream.ErrAsyncPublishTimeout once it waited the attempt
+// timeout (AttemptTimeout), and with nats.ErrDisconnected if the connection
+// is lost; the job may be stored then, and Enqueue with its ID, within JOB's
+// dedupe window, stores it once. A job JOB did not answer is sent twice
+// more, 250ms apart, then fails with nats.ErrNoResponders. At most 4000 jobs wait for their acknowledgement;
+// one more waits for room, up to the attempt timeout, then fails with
+// jetstream.ErrTooManyStalledMsgs. Close ends it.
 func (p *Producer) EnqueueAsync(subject string, payload []byte, opts EnqueueOptions) (jetstream.PubAckFuture, error) {
-	msg, err := p.message(subject, payload, opts)
+	pub, err := p.publisher()
+	if err != nil {
+		return nil, fmt.Errorf("enqueue job on %s: %w", subject, err)
+	}
+	return p.enqueueAsyncOn(pub, subject, payload, opts)
+}
+
+// enqueueAsyncOn is EnqueueAsync through pub.
+func (p *Producer) enqueueAsyncOn(pub *data.Publisher, subject string, payload []byte, opts EnqueueOptions) (jetstream.PubAckFuture, error) {
+	id, header, err := p.check(subject, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	f, err := p.js.PublishMsgAsync(msg)
+	f, err := pub.Publish(subject, payload, id, header)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue job %s on %s: %w", msg.Header.Get(nats.MsgIdHdr), subject, err)
+		return nil, fmt.Errorf("enqueue job %s on %s: %w", id, subject, err)
 	}
 	return f, nil
 }
 
 // message checks a job and builds its message.
 func (p *Producer) message(subject string, payload []byte, opts EnqueueOptions) (*nats.Msg, error) {
-	if err := handlers.ValidSubject(subject); err != nil {
+	id, header, err := p.check(subject, payload, opts)
+	if err != nil {
 		return nil, err
-	}
-	if len(payload) > p.maxPayload {
-		return nil, fmt.Errorf("%w: %d bytes, the limit is %d (--max-payload)", ErrPayloadTooLarge, len(payload), p.maxPayload)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = payload
+	if header != nil {
+		msg.Header = header
+	} else {
+		msg.Header.Set(nats.MsgIdHdr, id)
+	}
+	return msg, nil
+}
+
+// check checks a job, and returns its ID and its headers: a copy of
+// opts.Header with the ID as Nats-Msg-Id, or nil if opts.Header is empty.
+func (p *Producer) check(subject string, payload []byte, opts EnqueueOptions) (id string, header nats.Header, err error) {
+	if err := handlers.ValidSubject(subject); err != nil {
+		return "", nil, err
+	}
+	if len(payload) > p.maxPayload {
+		return "", nil, fmt.Errorf("%w: %d bytes, the limit is %d (--max-payload)", ErrPayloadTooLarge, len(payload), p.maxPayload)
+	}
 	if err := ValidHeader(opts.Header); err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	for k, v := range opts.Header {
-		msg.Header[k] = append([]string(nil), v...)
-	}
-	id := opts.ID
-	if id == "" {
+	if id = opts.ID; id == "" {
 		id = nuid.Next()
 	}
 	if err := ValidID(id); err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	msg.Header.Set(nats.MsgIdHdr, id)
+	size := int64(len(payload) + len("NATS/1.0\r\n\r\n") + len(nats.MsgIdHdr+": \r\n") + len(id))
+	if len(opts.Header) > 0 {
+		header = make(nats.Header, len(opts.Header)+1)
+		for k, v := range opts.Header {
+			header[k] = append([]string(nil), v...)
+		}
+		header.Set(nats.MsgIdHdr, id)
+		size = int64(len(payload) + headerLen(header))
+	}
 	// JOB's limit (see jobMaxMsgSize), less room for the headers of the
 	// job's re-drive, which would be refused every time otherwise: the
 	// server refuses a larger job with a bare "message size exceeds
 	// maximum allowed". Checked for larger jobs only, as no server takes
 	// less than that, unless JOB's own limit is known.
-	if size := int64(len(payload) + headerLen(msg.Header)); size > 32<<10 || p.jobLimit > 0 {
+	if size > 32<<10 || p.jobLimit > 0 {
 		limit := jobMaxMsgSize(p.maxPayload, p.js.Conn().MaxPayload())
 		if p.jobLimit > 0 {
 			limit = min(limit, p.jobLimit)
 		}
 		if size+redriveRoom > limit {
-			return nil, fmt.Errorf("%w: %d bytes with its headers, %s takes at most %d less %d kept for its re-drive's headers (set by jobq serve --max-payload and the server's max_payload)", ErrPayloadTooLarge, size, StreamJob, limit, redriveRoom)
+			return "", nil, fmt.Errorf("%w: %d bytes with its headers, %s takes at most %d less %d kept for its re-drive's headers (set by jobq serve --max-payload and the server's max_payload)", ErrPayloadTooLarge, size, StreamJob, limit, redriveRoom)
 		}
 	}
-	return msg, nil
+	return id, header, nil
 }
 
 // dlqRoom is what a job leaves of the server's limit on a message for the

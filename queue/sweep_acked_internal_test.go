@@ -40,12 +40,22 @@ func TestSweepLeavesJobsAckedAMomentAgo(t *testing.T) {
 	}
 	const n = 2000
 	prod := NewProducer(obj.JS, obj.Config)
+	defer prod.Close()
+	futures := make([]jetstream.PubAckFuture, 0, n)
 	for i := range n {
-		if _, err := prod.EnqueueAsync("job.x", nil, EnqueueOptions{ID: fmt.Sprintf("acked-%d", i)}); err != nil {
+		f, err := prod.EnqueueAsync("job.x", nil, EnqueueOptions{ID: fmt.Sprintf("acked-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
 			t.Fatal(err)
 		}
 	}
-	<-obj.JS.PublishAsyncComplete()
 
 	// A worker outside jobq runs them, acking each as it goes, while the
 	// pool sweeps, again and again.
