@@ -908,10 +908,13 @@ func serve(c *cli.Context) (err error) {
 			return interrupted(err)
 		}
 		log.Info().Str("server", redactURL(url)).Msg("using external nats server")
-		if unused := embeddedOnly(c); len(unused) > 0 {
+		if unused := setFlags(c, "store-dir", "listen", "sync", "max-memory", "tls-cert", "tls-key", "nkey", "insecure"); len(unused) > 0 {
 			log.Warn().Strs("flags", unused).Msg("these settings are for the embedded server, which --server leaves out: they do nothing")
 		}
 	} else {
+		if unused := setFlags(c, "tls-cert", "tls-key", "nkey"); sc.Listen == "" && len(unused) > 0 {
+			log.Warn().Strs("flags", unused).Msg("these settings are for the client port, which --listen '' leaves closed: they do nothing")
+		}
 		// err is serve's own: the deferred Shutdown below reports its
 		// failure through it (with := it set a shadow, and serve exited 0).
 		var srv *server.Server
@@ -1024,13 +1027,15 @@ func serve(c *cli.Context) (err error) {
 	return failure
 }
 
-// embeddedOnly lists the flags set (on the command line, by a JOBQ_
-// variable or a --config file) that only the embedded server reads, such
-// as --store-dir: with --server they do nothing. They are not refused, as
-// one environment (the systemd unit's JOBQ_STORE_DIR) may serve both.
-func embeddedOnly(c *cli.Context) []string {
+// setFlags lists those of the flags names that are set (on the command
+// line, by a JOBQ_ variable or a --config file), for a warning that they
+// do nothing: those only the embedded server reads, such as --store-dir,
+// with --server; those only the client port reads, such as --tls-cert,
+// with --listen ''. They are not refused, as one environment (the systemd
+// unit's JOBQ_STORE_DIR) may serve both.
+func setFlags(c *cli.Context, names ...string) []string {
 	var set []string
-	for _, name := range []string{"store-dir", "listen", "sync", "max-memory", "tls-cert", "tls-key", "nkey", "insecure"} {
+	for _, name := range names {
 		if c.IsSet(name) {
 			set = append(set, "--"+name)
 		}
@@ -2520,7 +2525,8 @@ func printBench(w io.Writer, r queue.BenchReport, sync string) {
 	if len(r.Runs) > 0 {
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\nlost %d, duplicated %d (ledger); lost %d, duplicated %d (no ledger)\n", r.Ledger.Lost, r.Ledger.Duplicates, r.NoLedger.Lost, r.NoLedger.Duplicates)
+	fmt.Fprintf(w, "\nlost %d, duplicated %d (baseline); lost %d, duplicated %d (ledger); lost %d, duplicated %d (no ledger)\n",
+		r.Baseline.Lost, r.Baseline.Duplicates, r.Ledger.Lost, r.Ledger.Duplicates, r.NoLedger.Lost, r.NoLedger.Duplicates)
 	if r.BaselineStalls > 0 {
 		fmt.Fprintf(w, "the baseline stalled %d time(s) in nats.go's Consume (nats-io/nats.go#1622) and was measured again\n", r.BaselineStalls)
 	}

@@ -1348,6 +1348,20 @@ func TestCLIServeWithExternalServer(t *testing.T) {
 	}
 }
 
+// With no client port (--listen ''), the client port's TLS and nkey do
+// nothing, and serve says so rather than take them silently.
+func TestCLIServeWithoutAClientPortSaysItsFlagsDoNothing(t *testing.T) {
+	t.Parallel()
+	cert, key := servertest.SelfSignedCert(t, t.TempDir())
+	s := startServe(t, serveOpts{args: []string{"--listen", "", "--tls-cert", cert, "--tls-key", key}})
+	if log := s.logText(); !strings.Contains(log, `"flags":["--tls-cert","--tls-key"]`) || !strings.Contains(log, "which --listen '' leaves closed: they do nothing") {
+		t.Errorf("serve --listen '' with --tls-cert and --tls-key: no warning that they do nothing; log:\n%s", s.logTail(30))
+	}
+	if log := s.logText(); strings.Contains(log, "--server leaves out") {
+		t.Errorf("serve without --server warned as with it; log:\n%s", s.logTail(30))
+	}
+}
+
 // jobq serve --server reaches a server whose TLS certificate a private CA
 // signed with --tls-ca, as client commands do; without it, it says what to
 // pass. The broker's JOBQ_TLS_CA, there for its client commands, leaves the
