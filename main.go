@@ -2034,7 +2034,11 @@ func job(c *cli.Context) error {
 		row("took", rec.Took.String())
 	}
 	if rec.State == data.StateRunning || rec.State == queue.StateLeased {
-		row("lease until", ts(rec.LeaseUntil))
+		until := ts(rec.LeaseUntil)
+		if queue.ClaimLapsed(rec, time.Now()) {
+			until += " (lapsed: the worker holding it stopped or lost the server without an outcome; its next delivery runs it again)"
+		}
+		row("lease until", until)
 	}
 	row("last error", rec.LastError)
 	return tw.Flush()

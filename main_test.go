@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/queue"
 	"github.com/jobq/jobq/server"
 	"github.com/jobq/jobq/server/servertest"
@@ -937,6 +938,25 @@ func TestCLIJob(t *testing.T) {
 			t.Errorf("got %+v, want 1 attempt, last error %q, finished", failed, "exit status 65: cannot parse the input")
 		}
 		golden(t, "job_failed.json", s.jobqJSON(t, new(recordOut), "job", "bad-1"))
+	})
+
+	t.Run("claim lapsed", func(t *testing.T) {
+		// A worker that stopped without an outcome left its claim.
+		kv, err := s.jetStream(t).KeyValue(context.Background(), "processed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := json.Marshal(data.Record{ID: "lapsed-1", State: data.StateRunning, Subject: "job.ok", Seq: 9, Attempts: 1, Worker: "gone/0", LeaseUntil: time.Now().Add(-time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(context.Background(), "lapsed-1", rec); err != nil {
+			t.Fatal(err)
+		}
+		text := s.mustJobq(t, "job", "lapsed-1")
+		if !strings.Contains(text, "running") || !strings.Contains(text, "(lapsed: the worker holding it stopped or lost the server without an outcome; its next delivery runs it again)") {
+			t.Errorf("job lapsed-1: got %q, want it running with its claim lapsed", text)
+		}
 	})
 
 	t.Run("unknown", func(t *testing.T) {

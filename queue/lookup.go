@@ -70,3 +70,12 @@ func LookUp(ctx context.Context, obj *Objects, id string) (data.Record, error) {
 	}
 	return data.Record{ID: id, State: StateLeased, Seq: job.Seq, Worker: ls.Worker, LeaseUntil: ls.Until}, nil
 }
+
+// ClaimLapsed reports whether rec is a running job's claim that was not
+// renewed by its end, now: the worker that held it stopped, or lost the
+// server, without recording an outcome. The job runs again on its next
+// delivery (marked resumed), which comes once the ack wait since the last
+// one has passed; the record says running until then.
+func ClaimLapsed(rec data.Record, now time.Time) bool {
+	return rec.State == data.StateRunning && !rec.LeaseUntil.IsZero() && now.After(rec.LeaseUntil)
+}

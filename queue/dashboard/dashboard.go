@@ -170,6 +170,7 @@ type lookup struct {
 	ID       string
 	Searched bool
 	Record   *data.Record
+	Lapsed   bool // the record's claim, see queue.ClaimLapsed
 	NotFound bool
 	Err      string
 }
@@ -245,6 +246,7 @@ func (d *Dashboard) lookup(ctx context.Context, id string) lookup {
 		l.Err = err.Error()
 	default:
 		l.Record = &rec
+		l.Lapsed = queue.ClaimLapsed(rec, time.Now())
 	}
 	return l
 }

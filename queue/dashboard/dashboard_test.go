@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -535,6 +536,28 @@ func TestLookup(t *testing.T) {
 		t.Errorf("page shows the ID unescaped")
 	}
 	mustContain(t, b.page(t, "/?id=nobody"), "No ledger record for job <q>nobody</q>")
+}
+
+// A running job's claim that was not renewed by its end is shown lapsed:
+// its worker stopped without an outcome. One still renewed is not.
+func TestLookupOfALapsedClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Auth{})
+	for id, until := range map[string]time.Time{"lapsed-1": time.Now().Add(-time.Minute), "held-1": time.Now().Add(time.Hour)} {
+		rec, err := json.Marshal(data.Record{ID: id, State: data.StateRunning, Subject: "job.x", Seq: 1, Attempts: 1, Worker: "gone/0", LeaseUntil: until})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.obj.Ledger.Put(context.Background(), data.Key(id), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustContain(t, b.page(t, "/?id=lapsed-1"), `<dt>State</dt><dd><span class="state running">running</span></dd>`, "(lapsed: the worker holding it stopped")
+	held := b.page(t, "/?id=held-1")
+	mustContain(t, held, "<dt>Lease until</dt>")
+	if strings.Contains(held, "lapsed") {
+		t.Errorf("a claim renewed until an hour from now is shown lapsed")
+	}
 }
 
 // A job running on its pool's lease, with no record until it ends, is
