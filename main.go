@@ -1031,7 +1031,7 @@ func serve(c *cli.Context) (err error) {
 // line, by a JOBQ_ variable or a --config file), for a warning that they
 // do nothing: those only the embedded server reads, such as --store-dir,
 // with --server; those only the client port reads, such as --tls-cert,
-// with --listen ''. They are not refused, as one environment (the systemd
+// with an empty --listen. They are not refused, as one environment (the systemd
 // unit's JOBQ_STORE_DIR) may serve both.
 func setFlags(c *cli.Context, names ...string) []string {
 	var set []string

@@ -1368,7 +1368,7 @@ func TestCLIServeWithExternalServer(t *testing.T) {
 	}
 }
 
-// With no client port (--listen ''), the client port's TLS and nkey do
+// With no client port (an empty --listen), the client port's TLS and nkey do
 // nothing, and serve says so rather than take them silently.
 func TestCLIServeWithoutAClientPortSaysItsFlagsDoNothing(t *testing.T) {
 	t.Parallel()
