@@ -23,9 +23,9 @@ const writeTimeout = 10 * time.Second
 // compare-and-set, it is stored once.
 var ErrNoAck = fmt.Errorf("no acknowledgement in time: %w", jetstream.ErrAsyncPublishTimeout)
 
-// errPublisherClosed fails the publishes still waiting when a Publisher
-// closes, and those made after.
-var errPublisherClosed = fmt.Errorf("publisher closed: %w", nats.ErrConnectionClosed)
+// ErrPublisherClosed fails the publishes still waiting when a Publisher
+// closes, and those made after. They may or may not be stored.
+var ErrPublisherClosed = errors.New("publisher closed")
 
 // Publisher sends JetStream publishes without waiting and matches their
 // acknowledgements: one reply subscription, a counter for reply subjects, and
@@ -245,7 +245,7 @@ func (p *Publisher) setLocked(a *Ack) {
 // subject, and waits for its acknowledgement as a's.
 func (p *Publisher) sendLocked(a *Ack) error {
 	if p.closed {
-		return errPublisherClosed
+		return ErrPublisherClosed
 	}
 	p.next++
 	id := p.next
@@ -297,7 +297,7 @@ func (p *Publisher) acquire() error {
 	case <-t.C:
 		return jetstream.ErrTooManyStalledMsgs
 	case <-p.stop:
-		return errPublisherClosed
+		return ErrPublisherClosed
 	}
 }
 
@@ -407,7 +407,7 @@ func (p *Publisher) Close() {
 			p.nc.RemoveStatusListener(p.status)
 		}
 		p.sub.Unsubscribe()
-		p.failWaiting(errPublisherClosed, func(*Ack) bool { return true })
+		p.failWaiting(ErrPublisherClosed, func(*Ack) bool { return true })
 	})
 }
 
@@ -450,6 +450,7 @@ func (w *writer) publish(subject string, rec Record, expect uint64) (*Ack, error
 
 var (
 	ackStream       = []byte(`{"stream":"`)
+	ackDomain       = []byte(`","domain":"`)
 	ackSeq          = []byte(`","seq":`)
 	ackError        = []byte(`"error"`)
 	ackEnd          = []byte(`}`)
@@ -488,22 +489,35 @@ func readPubAck(m *nats.Msg, last string) (jetstream.PubAck, error) {
 }
 
 // readPlainAck reads the acknowledgement of a stored publish in the
-// server's own form, without a domain; ok is false for any other.
+// server's own form; ok is false for any other.
 func readPlainAck(b []byte, last string) (ack jetstream.PubAck, ok bool) {
 	if !bytes.HasPrefix(b, ackStream) || bytes.Contains(b, ackError) || bytes.IndexByte(b, '\\') >= 0 {
 		return ack, false
 	}
 	rest := b[len(ackStream):]
 	end := bytes.IndexByte(rest, '"')
-	if end <= 0 || !bytes.HasPrefix(rest[end:], ackSeq) {
-		return ack, false // no name, or a domain
+	if end <= 0 {
+		return ack, false
 	}
 	if name := rest[:end]; string(name) == last {
 		ack.Stream = last
 	} else {
 		ack.Stream = string(name)
 	}
-	rest = rest[end+len(ackSeq):]
+	rest = rest[end:]
+	if bytes.HasPrefix(rest, ackDomain) {
+		rest = rest[len(ackDomain):]
+		end := bytes.IndexByte(rest, '"')
+		if end < 0 {
+			return ack, false
+		}
+		ack.Domain = string(rest[:end])
+		rest = rest[end:]
+	}
+	if !bytes.HasPrefix(rest, ackSeq) {
+		return ack, false
+	}
+	rest = rest[len(ackSeq):]
 	n := 0
 	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
 		n++

@@ -1,8 +1,11 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +28,9 @@ func TestReadPubAck(t *testing.T) {
 		{name: "stored", data: `{"stream":"KV_processed","seq":42}`, want: jetstream.PubAck{Stream: "KV_processed", Sequence: 42}, plainRead: true},
 		{name: "duplicate, as the server writes it", data: `{"stream":"JOB","seq":9,"duplicate": true}`, want: jetstream.PubAck{Stream: "JOB", Sequence: 9, Duplicate: true}, plainRead: true},
 		{name: "duplicate, other spacing", data: `{"stream":"JOB","seq":9,"duplicate":true}`, want: jetstream.PubAck{Stream: "JOB", Sequence: 9, Duplicate: true}},
-		{name: "with domain", data: `{"stream":"KV_processed","domain":"hub","seq":7}`, want: jetstream.PubAck{Stream: "KV_processed", Domain: "hub", Sequence: 7}},
+		{name: "with domain", data: `{"stream":"KV_processed","domain":"hub","seq":7}`, want: jetstream.PubAck{Stream: "KV_processed", Domain: "hub", Sequence: 7}, plainRead: true},
+		{name: "duplicate with domain", data: `{"stream":"JOB","domain":"hub","seq":7,"duplicate": true}`, want: jetstream.PubAck{Stream: "JOB", Domain: "hub", Sequence: 7, Duplicate: true}, plainRead: true},
+		{name: "empty domain", data: `{"stream":"JOB","domain":"","seq":7}`, want: jetstream.PubAck{Stream: "JOB", Sequence: 7}, plainRead: true},
 		{name: "escaped stream name", data: `{"stream":"A\u0026B","seq":3}`, want: jetstream.PubAck{Stream: "A&B", Sequence: 3}},
 		{name: "fields in another order", data: `{"seq":5,"stream":"JOB"}`, want: jetstream.PubAck{Stream: "JOB", Sequence: 5}},
 		{name: "batch", data: `{"stream":"JOB","seq":5,"batch":"b","count":2}`, want: jetstream.PubAck{Stream: "JOB", Sequence: 5}},
@@ -137,4 +142,88 @@ func TestPublisherEndsWithItsConnection(t *testing.T) {
 		t.Fatal("publish on a closed connection: no error")
 	}
 	p.Close() // after: nothing to end
+}
+
+// Many publishes to a stream, to nobody (503, sent again), and to a silent
+// subscriber (timed out), from several goroutines, then Close or the
+// connection closing in the middle: every Ack resolves, once (a second
+// would panic), no slot is left taken, nothing waits.
+func TestPublisherUnderLoadEndsCleanly(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"close", "conn"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			srv := servertest.Start(t)
+			nc := servertest.Connect(t, srv)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+				t.Fatal(err)
+			}
+			sub, err := nc.Subscribe("silent", func(*nats.Msg) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			p, err := NewPublisher(nc, PublisherOptions{Timeout: 150 * time.Millisecond, MaxPending: 64, FailOnReconnect: true, NoResponderRetries: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var (
+				mu   sync.Mutex
+				acks []*Ack
+				wg   sync.WaitGroup
+			)
+			subjects := []string{"t.a", "nobody", "silent"}
+			for g := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 3000 {
+						a, err := p.Publish(subjects[(g+i)%3], []byte("x"), strconv.Itoa(g)+"-"+strconv.Itoa(i), nil)
+						if err != nil {
+							continue
+						}
+						_ = a.Msg()
+						mu.Lock()
+						acks = append(acks, a)
+						mu.Unlock()
+					}
+				}()
+			}
+			time.Sleep(1500 * time.Millisecond)
+			if end == "close" {
+				p.Close()
+			} else {
+				nc.Close()
+			}
+			wg.Wait()
+			time.Sleep(600 * time.Millisecond) // any AfterFunc resends
+			for _, a := range acks {
+				select {
+				case <-a.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("an Ack never resolved")
+				}
+			}
+			p.mu.Lock()
+			waiting, taken := len(p.wait), 0
+			if p.slots != nil {
+				taken = len(p.slots)
+			}
+			p.mu.Unlock()
+			if waiting != 0 || taken != 0 {
+				t.Errorf("after the end: %d waiting, %d slots taken; want 0, 0", waiting, taken)
+			}
+			p.Close()
+			if len(acks) == 0 {
+				t.Fatal("no publish was sent")
+			}
+		})
+	}
 }

@@ -71,8 +71,9 @@ func NewProducer(js jetstream.JetStream, cfg Config) *Producer {
 }
 
 // Close ends what EnqueueAsync started: jobs still waiting for their
-// acknowledgement fail, and EnqueueAsync fails from then on. Enqueue works
-// still. It does not close the connection.
+// acknowledgement fail, and EnqueueAsync fails from then on, with
+// data.ErrPublisherClosed. Enqueue works still. It does not close the
+// connection.
 func (p *Producer) Close() {
 	p.async.mu.Lock()
 	defer p.async.mu.Unlock()
@@ -80,7 +81,7 @@ func (p *Producer) Close() {
 		p.async.pub.Close()
 	}
 	if p.async.err == nil {
-		p.async.err = errors.New("producer closed")
+		p.async.err = data.ErrPublisherClosed
 	}
 }
 
@@ -157,7 +158,8 @@ func (p *Producer) enqueueSince(ctx context.Context, subject string, payload []b
 
 // AttemptTimeout sets how long each publish of Enqueue waits for its
 // acknowledgement before it is sent again (5s unless set; jobq enqueue's
-// --timeout), and returns p.
+// --timeout), and returns p. It is also how long EnqueueAsync's futures
+// wait, if set before its first call.
 func (p *Producer) AttemptTimeout(d time.Duration) *Producer {
 	if d > 0 {
 		p.attemptTimeout = d
@@ -182,14 +184,26 @@ func (p *Producer) JOBLimit(obj *Objects) *Producer {
 
 // EnqueueAsync checks a job and publishes it without waiting for the
 // stream's acknowledgement; the future reports it. Use it for bulk work;
-// Enqueue for one job. A lost acknowledgement is not retried: a future
-// fails with jetstream.ErrAsyncPublishTimeout once it waited the attempt
-// timeout (AttemptTimeout), and with nats.ErrDisconnected if the connection
-// is lost; the job may be stored then, and Enqueue with its ID, within JOB's
-// dedupe window, stores it once. A job JOB did not answer is sent twice
-// more, 250ms apart, then fails with nats.ErrNoResponders. At most 4000 jobs wait for their acknowledgement;
-// one more waits for room, up to the attempt timeout, then fails with
-// jetstream.ErrTooManyStalledMsgs. Close ends it.
+// Enqueue for one job.
+//
+// It publishes through a publisher of jobq's own, not js's
+// PublishMsgAsync: js's async options (handlers, max pending, timeout) do
+// not apply, and js.PublishAsyncPending and PublishAsyncComplete do not
+// count these jobs; wait on the futures. The first call starts the
+// publisher (a reply subscription and a goroutine), held until Close or
+// until the connection closes: share one Producer, which is safe for
+// concurrent use, rather than make one per job or per request.
+//
+// A lost acknowledgement is not retried: a future fails with
+// jetstream.ErrAsyncPublishTimeout once it waited the attempt timeout
+// (AttemptTimeout, as set before the first call), and with
+// nats.ErrDisconnected if the connection is lost; the job may be stored
+// then, and Enqueue with its ID, within JOB's dedupe window, stores it
+// once. A job JOB did not answer is sent twice more, 250ms apart, then
+// fails with nats.ErrNoResponders. At most 4000 jobs wait for their
+// acknowledgement; one more waits for room, up to the attempt timeout,
+// then fails with jetstream.ErrTooManyStalledMsgs. After Close, futures
+// still waiting fail, and calls fail, with data.ErrPublisherClosed.
 func (p *Producer) EnqueueAsync(subject string, payload []byte, opts EnqueueOptions) (jetstream.PubAckFuture, error) {
 	pub, err := p.publisher()
 	if err != nil {
