@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deadLettered:   counter("jobq_jobs_dead_lettered_total", "Jobs moved to the dead-letter stream."),
 		skipped:        counter("jobq_jobs_skipped_total", "Deliveries acked without running: the job was done already, is dead-lettered already, or is a duplicate of a running job."),
 		handlerSeconds: histogram("jobq_handler_duration_seconds", "How long handler runs took, successful or not."),
-		waitSeconds:    histogram("jobq_enqueue_to_start_seconds", "Time from a job's enqueue to the start of its first attempt."),
+		waitSeconds:    histogram("jobq_enqueue_to_start_seconds", "Time from a job's enqueue to the start of its first run."),
 	}
 	m.bySubject.Store(&map[string]*subjectMetrics{})
 	if reg != nil {
@@ -148,14 +148,14 @@ func (m *Metrics) jobEnqueued(subject string) {
 }
 
 // jobStarted counts a handler run about to start and, on a job's first
-// attempt, observes how long it waited since its enqueue.
-func (m *Metrics) jobStarted(subject string, attempt int, enqueuedAt time.Time) {
+// run, observes how long it waited since its enqueue.
+func (m *Metrics) jobStarted(subject string, first bool, enqueuedAt time.Time) {
 	if m == nil {
 		return
 	}
 	s := m.of(subject)
 	s.started.Inc()
-	if attempt == 1 && !enqueuedAt.IsZero() {
+	if first && !enqueuedAt.IsZero() {
 		s.waitSeconds.Observe(max(time.Since(enqueuedAt), 0).Seconds())
 	}
 }

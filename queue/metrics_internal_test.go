@@ -37,7 +37,7 @@ func TestMetricsNilIsSafe(t *testing.T) {
 	t.Parallel()
 	var m *Metrics
 	m.jobEnqueued("job.x")
-	m.jobStarted("job.x", 1, time.Now())
+	m.jobStarted("job.x", true, time.Now())
 	m.jobHandled("job.x", time.Second)
 	m.jobCompleted("job.x")
 	m.jobRetried("job.x")
@@ -51,14 +51,14 @@ func TestMetricsHotPathDoesNotAllocate(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	subject := "job.email.welcome"
 	enqueuedAt := time.Now()
-	m.jobStarted(subject, 1, enqueuedAt) // binds the label
+	m.jobStarted(subject, true, enqueuedAt) // binds the label
 	for i := range MaxSubjectLabels + 1 {
 		m.jobSkipped("job.s" + string(rune('a'+i%26)) + string(rune('a'+i/26)))
 	}
 	over := "job.beyond.cap"
 	m.jobSkipped(over)
 	allocs := testing.AllocsPerRun(100, func() {
-		m.jobStarted(subject, 1, enqueuedAt)
+		m.jobStarted(subject, true, enqueuedAt)
 		m.jobHandled(subject, time.Millisecond)
 		m.jobCompleted(subject)
 		m.jobRetried(over)

@@ -760,8 +760,14 @@ func (p *Pool) runOne(ctx context.Context, it *inflight) bool {
 		it.claim.Record.StartedAt = start.UTC()
 		it.claim.Record.FirstAt = it.claim.Record.StartedAt
 	}
+	// Its first run: the ledger counts runs, one handed back unrun (at a
+	// pool's stop, say) not among them; without it, deliveries stand in.
+	first := it.job.Attempt == 1
+	if !p.cfg.NoLedger {
+		first = it.claim.Record.Attempts == 1 && !it.claim.Record.Resumed
+	}
 	it.mu.Unlock()
-	p.cfg.Metrics.jobStarted(it.job.Subject, it.job.Attempt, it.job.EnqueuedAt)
+	p.cfg.Metrics.jobStarted(it.job.Subject, first, it.job.EnqueuedAt)
 	p.handling.Add(1)
 	it.start = start
 	herr := p.run(ctx, it)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/jobq/jobq/data"
 	"github.com/jobq/jobq/handlers"
 	"github.com/jobq/jobq/queue"
@@ -30,7 +32,12 @@ func TestStopHandsLeasedJobsToAnotherPoolAtOnce(t *testing.T) {
 	// past the wait below.
 	cfg := queue.Config{Workers: 2, MaxDeliver: 5, AckWait: 30 * time.Second}
 	a := setup(t, cfg)
-	other := setupOn(t, a.srv, cfg)
+	// The other pool's metrics: each job it runs is a first run, whose
+	// wait since its enqueue is observed.
+	reg := prometheus.NewRegistry()
+	ocfg := cfg
+	ocfg.Metrics = queue.NewMetrics(reg)
+	other := setupOn(t, a.srv, ocfg)
 
 	// Both workers busy: "long" runs through the stop, "first" ends
 	// once it began, and its worker hands the others back.
@@ -129,5 +136,8 @@ func TestStopHandsLeasedJobsToAnotherPoolAtOnce(t *testing.T) {
 		if got := c.get(id); got != 1 {
 			t.Errorf("%s ran %d times in the stopping pool; want 1", id, got)
 		}
+	}
+	if got := histogramCount(t, reg, "jobq_enqueue_to_start_seconds", "job.s"); got != uint64(len(waiting)) {
+		t.Errorf("the other pool observed %d waits from enqueue to first start, want %d: the jobs handed back unrun start their first run there", got, len(waiting))
 	}
 }
