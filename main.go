@@ -2036,7 +2036,7 @@ func job(c *cli.Context) error {
 	if rec.State == data.StateRunning || rec.State == queue.StateLeased {
 		until := ts(rec.LeaseUntil)
 		if queue.ClaimLapsed(rec, time.Now()) {
-			until += " (lapsed: the worker holding it stopped or lost the server without an outcome; its next delivery runs it again)"
+			until += " (lapsed: not renewed by its end; its worker stopped, lost the server, or cannot write the ledger. A later delivery, if one is left, runs it again as resumed; else the sweep dead-letters it)"
 		}
 		row("lease until", until)
 	}

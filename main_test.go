@@ -954,7 +954,7 @@ func TestCLIJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := s.mustJobq(t, "job", "lapsed-1")
-		if !strings.Contains(text, "running") || !strings.Contains(text, "(lapsed: the worker holding it stopped or lost the server without an outcome; its next delivery runs it again)") {
+		if !strings.Contains(text, "running") || !strings.Contains(text, "(lapsed: not renewed by its end; its worker stopped, lost the server, or cannot write the ledger.") {
 			t.Errorf("job lapsed-1: got %q, want it running with its claim lapsed", text)
 		}
 	})

@@ -72,10 +72,11 @@ func LookUp(ctx context.Context, obj *Objects, id string) (data.Record, error) {
 }
 
 // ClaimLapsed reports whether rec is a running job's claim that was not
-// renewed by its end, now: the worker that held it stopped, or lost the
-// server, without recording an outcome. The job runs again on its next
-// delivery (marked resumed), which comes once the ack wait since the last
-// one has passed; the record says running until then.
+// renewed by its end, now (by this machine's clock): its worker stopped,
+// lost the server, or cannot write the ledger, without recording an
+// outcome. A later delivery, if one is left, runs the job again, marked
+// resumed; else the sweep dead-letters it. The record says running until
+// then.
 func ClaimLapsed(rec data.Record, now time.Time) bool {
 	return rec.State == data.StateRunning && !rec.LeaseUntil.IsZero() && now.After(rec.LeaseUntil)
 }

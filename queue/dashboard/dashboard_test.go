@@ -552,7 +552,7 @@ func TestLookupOfALapsedClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustContain(t, b.page(t, "/?id=lapsed-1"), `<dt>State</dt><dd><span class="state running">running</span></dd>`, "(lapsed: the worker holding it stopped")
+	mustContain(t, b.page(t, "/?id=lapsed-1"), `<dt>State</dt><dd><span class="state running">running</span></dd>`, "(lapsed: not renewed by its end")
 	held := b.page(t, "/?id=held-1")
 	mustContain(t, held, "<dt>Lease until</dt>")
 	if strings.Contains(held, "lapsed") {
