@@ -354,6 +354,28 @@ func startHTTP(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr f
 	return hs
 }
 
+// An --http port that is not loopback is served without TLS: serve warns
+// that its credentials and pages go in clear; on loopback it does not.
+func TestHTTPOffLoopbackWarnsItHasNoTLS(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		addr string
+		warn bool
+	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
+		ln, err := net.Listen("tcp", tt.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs servertest.LogBuffer
+		hs, set := serveHTTP(ln, zerolog.New(&logs))
+		set(http.NotFoundHandler())
+		hs.Shutdown(context.Background())
+		if got := strings.Contains(logs.String(), "the HTTP port has no TLS"); got != tt.warn {
+			t.Errorf("--http %s: warned of no TLS %v, want %v; log:\n%s", tt.addr, got, tt.warn, logs.String())
+		}
+	}
+}
+
 // While jobq starts, its --http port answers probes at once: /healthz 200,
 // /readyz and the rest 503 "starting"; then the full handler takes over.
 func TestHTTPAnswersWhileStarting(t *testing.T) {

@@ -1109,6 +1109,12 @@ func serveHTTP(ln net.Listener, log zerolog.Logger) (hs *http.Server, set func(h
 	return hs, func(h http.Handler) {
 		current.Store(&h)
 		log.Info().Str("http", ln.Addr().String()).Str("dashboard", "http://"+ln.Addr().String()+"/").Msg("health endpoints ready")
+		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && !net.ParseIP(host).IsLoopback() {
+			// jobq serves HTTP without TLS: the credentials, and the
+			// dashboard's pages and re-drives, cross the network as they
+			// are.
+			log.Warn().Str("http", ln.Addr().String()).Msg("the HTTP port has no TLS: its credentials and pages go in clear over the network; keep --http on loopback, or put a TLS proxy in front of it")
+		}
 	}
 }
 

@@ -880,9 +880,13 @@ func TestExhaustedJobIsDeadLetteredWhileAnotherIsPending(t *testing.T) {
 	held := outside("busy-1")
 	b.startPool(t, handlers.HandlerFunc(ok))
 	rec := b.waitState(t, "ext-1", data.StateFailed)
-	if st := b.status(t); st.DLQ.Messages != 1 || st.Stream.Messages != 1 || st.Consumer.AckPending != 1 {
-		t.Errorf("got JOB %d / DLQ %d / ack pending %d, want 1 / 1 / 1: busy-1 left to its worker", st.Stream.Messages, st.DLQ.Messages, st.Consumer.AckPending)
-	}
+	// The sweep records the job failed, then removes it from JOB.
+	waitFor(t, 10*time.Second, func() error {
+		if st := b.status(t); st.DLQ.Messages != 1 || st.Stream.Messages != 1 || st.Consumer.AckPending != 1 {
+			return fmt.Errorf("got JOB %d / DLQ %d / ack pending %d, want 1 / 1 / 1: busy-1 left to its worker", st.Stream.Messages, st.DLQ.Messages, st.Consumer.AckPending)
+		}
+		return nil
+	})
 	if !strings.Contains(rec.LastError, "deliveries exhausted") {
 		t.Errorf("ext-1's record: %+v, want its deliveries exhausted", rec)
 	}
