@@ -245,7 +245,7 @@ func (p *Publisher) setLocked(a *Ack) {
 // subject, and waits for its acknowledgement as a's.
 func (p *Publisher) sendLocked(a *Ack) error {
 	if p.closed {
-		return ErrPublisherClosed
+		return p.closedErr()
 	}
 	p.next++
 	id := p.next
@@ -297,8 +297,17 @@ func (p *Publisher) acquire() error {
 	case <-t.C:
 		return jetstream.ErrTooManyStalledMsgs
 	case <-p.stop:
-		return ErrPublisherClosed
+		return p.closedErr()
 	}
+}
+
+// closedErr is why a closed Publisher does not publish: its connection
+// closed, or Close.
+func (p *Publisher) closedErr() error {
+	if p.nc.IsClosed() {
+		return nats.ErrConnectionClosed
+	}
+	return ErrPublisherClosed
 }
 
 func (p *Publisher) release() {

@@ -138,8 +138,8 @@ func TestPublisherEndsWithItsConnection(t *testing.T) {
 	if _, err := a.Result(); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("waiting publish: %v, want ErrConnectionClosed", err)
 	}
-	if _, err := p.Publish("t.a", nil, "", nil); err == nil {
-		t.Fatal("publish on a closed connection: no error")
+	if _, err := p.Publish("t.a", nil, "", nil); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("publish on a closed connection: %v, want ErrConnectionClosed", err)
 	}
 	p.Close() // after: nothing to end
 }
