@@ -146,7 +146,8 @@ func TestPublisherSendsAgainWhatNoStreamAnswered(t *testing.T) {
 	})
 	t.Run("stored once a stream takes the subject", func(t *testing.T) {
 		t.Parallel()
-		_, js, pub := publisherSetup(t, data.PublisherOptions{Timeout: 5 * time.Second, NoResponderRetries: 2})
+		// Retries for 5s, room for a slow stream create.
+		_, js, pub := publisherSetup(t, data.PublisherOptions{Timeout: 10 * time.Second, NoResponderRetries: 20})
 		f := publish(t, pub, "later.a", "x")
 		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "LATER", Subjects: []string{"later.>"}}); err != nil {
 			t.Fatal(err)
