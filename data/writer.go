@@ -248,13 +248,17 @@ func (p *Publisher) sendLocked(a *Ack) error {
 		return p.closedErr()
 	}
 	p.next++
-	id := p.next
-	p.msg.Reply = p.prefix + strconv.FormatUint(id, 10)
-	if err := p.nc.PublishMsg(&p.msg); err != nil {
+	if err := p.sendAsLocked(p.next); err != nil {
 		return err
 	}
-	p.wait[id] = a
+	p.wait[p.next] = a
 	return nil
+}
+
+// sendAsLocked publishes p.msg with the reply subject of publish id.
+func (p *Publisher) sendAsLocked(id uint64) error {
+	p.msg.Reply = p.prefix + strconv.FormatUint(id, 10)
+	return p.nc.PublishMsg(&p.msg)
 }
 
 // resend sends the publish id again, if it still waits, under the same
@@ -268,8 +272,7 @@ func (p *Publisher) resend(id uint64) {
 	}
 	a.sent = time.Now()
 	p.setLocked(a)
-	p.msg.Reply = p.prefix + strconv.FormatUint(id, 10)
-	err := p.nc.PublishMsg(&p.msg)
+	err := p.sendAsLocked(id)
 	if err != nil {
 		p.takeLocked(id)
 	}
