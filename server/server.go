@@ -310,10 +310,17 @@ func (c Config) options(dir string) (*natsserver.Options, error) {
 		JetStreamMaxMemory: c.MaxMemory,
 		MaxPayload:         c.MaxPayload,
 		NoSigs:             true,
-		DontListen:         c.Listen == "",
-		Authorization:      c.Token,
-		Username:           c.User,
-		Password:           c.Password,
+		// Nearly every subject jobq's traffic routes is new: each record's
+		// key, each ack's subject, each publish's reply. The server's
+		// shared cache of subject matches would miss on each, taking a
+		// write lock for the insert that every connection's reads and
+		// every stream's replies wait on, and sweep it when full. Each
+		// connection's own cache still serves the subjects that repeat.
+		NoSublistCache: true,
+		DontListen:     c.Listen == "",
+		Authorization:  c.Token,
+		Username:       c.User,
+		Password:       c.Password,
 	}
 	if c.NKey != "" {
 		// Nkey users sign with a seed the server never sees, so jobq's own
