@@ -1109,7 +1109,7 @@ func serveHTTP(ln net.Listener, log zerolog.Logger) (hs *http.Server, set func(h
 	return hs, func(h http.Handler) {
 		current.Store(&h)
 		log.Info().Str("http", ln.Addr().String()).Str("dashboard", "http://"+ln.Addr().String()+"/").Msg("health endpoints ready")
-		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && !net.ParseIP(host).IsLoopback() {
+		if !onLoopback(ln) {
 			// jobq serves HTTP without TLS: the credentials, and the
 			// dashboard's pages and re-drives, cross the network as they
 			// are.
@@ -1188,10 +1188,16 @@ func httpHandler(ln net.Listener, obj *queue.Objects, pool *queue.Pool, storeErr
 	if dash != nil {
 		dash.Register(mux) // it asks for auth itself
 	}
-	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && net.ParseIP(host).IsLoopback() && auth.Token == "" && auth.User == "" {
+	if onLoopback(ln) && auth.Token == "" && auth.User == "" {
 		return loopbackHostOnly(mux)
 	}
 	return mux
+}
+
+// onLoopback reports whether ln listens on a loopback address.
+func onLoopback(ln net.Listener) bool {
+	host, _, err := net.SplitHostPort(ln.Addr().String())
+	return err == nil && net.ParseIP(host).IsLoopback()
 }
 
 // loopbackHostOnly refuses requests to a loopback listener without
