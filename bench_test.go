@@ -35,8 +35,12 @@ func TestCLIBench(t *testing.T) {
 		RSS          float64 `json:"peak_rss_mb"`
 		ProcessCPU   float64 `json:"process_cpu_us_per_job"`
 		E2ECPU       float64 `json:"e2e_cpu_us_per_job"`
-		Lost         int     `json:"lost"`
-		Duplicates   int     `json:"duplicates"`
+		// Page faults may be none in a phase this small: their
+		// presence is checked.
+		ProcessFaults *float64 `json:"process_faults_per_job"`
+		E2EFaults     *float64 `json:"e2e_faults_per_job"`
+		Lost          int      `json:"lost"`
+		Duplicates    int      `json:"duplicates"`
 	}
 	var rep struct {
 		Jobs     int                `json:"jobs"`
@@ -52,7 +56,8 @@ func TestCLIBench(t *testing.T) {
 		t.Errorf("jobs: got %d, want 400", rep.Jobs)
 	}
 	for name, m := range map[string]mode{"baseline": rep.Baseline, "ledger": rep.Ledger, "no_ledger": rep.NoLedger} {
-		if m.EnqueueSync <= 0 || m.EnqueueAsync <= 0 || m.Process <= 0 || m.E2E <= 0 || m.P50 <= 0 || m.P99 < m.P50 || m.RSS <= 0 || m.ProcessCPU <= 0 || m.E2ECPU <= 0 {
+		if m.EnqueueSync <= 0 || m.EnqueueAsync <= 0 || m.Process <= 0 || m.E2E <= 0 || m.P50 <= 0 || m.P99 < m.P50 || m.RSS <= 0 || m.ProcessCPU <= 0 || m.E2ECPU <= 0 ||
+			m.ProcessFaults == nil || *m.ProcessFaults < 0 || m.E2EFaults == nil || *m.E2EFaults < 0 {
 			t.Errorf("%s: got %+v, want every figure measured", name, m)
 		}
 		if m.Lost != 0 || m.Duplicates != 0 {
@@ -221,6 +226,7 @@ func TestBenchTableRatiosAreEachRunsOwn(t *testing.T) {
 				f = base
 			}
 			m.EnqueueSyncPerS, m.EnqueueAsyncPerS, m.ProcessPerS, m.E2EPerS, m.ProcessCPUUs, m.E2ECPUUs = f, f, f, f, f, f
+			m.ProcessFaults, m.E2EFaults = f, f
 		}
 		r.Ratio = queue.BenchRatio{LedgerProcess: ledger / base, LedgerE2E: ledger / base, NoLedgerProcess: ledger / base, NoLedgerE2E: ledger / base}
 		return r
@@ -230,7 +236,7 @@ func TestBenchTableRatiosAreEachRunsOwn(t *testing.T) {
 	rep := queue.BenchMedian([]queue.BenchReport{run(100, 100), run(200, 500), run(400, 300)})
 	var out strings.Builder
 	printBench(&out, rep, "1s")
-	for _, name := range []string{"enqueue jobs/s (one at a time)", "enqueue jobs/s (async)", "process jobs/s", "end-to-end jobs/s", "process CPU µs/job", "end-to-end CPU µs/job"} {
+	for _, name := range []string{"enqueue jobs/s (one at a time)", "enqueue jobs/s (async)", "process jobs/s", "end-to-end jobs/s", "process CPU µs/job", "end-to-end CPU µs/job", "process page faults/job", "end-to-end page faults/job"} {
 		var row []string
 		for l := range strings.Lines(out.String()) {
 			if strings.HasPrefix(strings.TrimSpace(l), name) {

@@ -2527,6 +2527,8 @@ func printBench(w io.Writer, r queue.BenchReport, sync string) {
 	if r.Baseline.ProcessCPUUs > 0 {
 		row("process CPU µs/job", func(b queue.BenchResult) float64 { return b.ProcessCPUUs }, "%.1f", true)
 		row("end-to-end CPU µs/job", func(b queue.BenchResult) float64 { return b.E2ECPUUs }, "%.1f", true)
+		row("process page faults/job", func(b queue.BenchResult) float64 { return b.ProcessFaults }, "%.2f", true)
+		row("end-to-end page faults/job", func(b queue.BenchResult) float64 { return b.E2EFaults }, "%.2f", true)
 	}
 	row("latency p50 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP50Ms }, "%.2f", false)
 	row("latency p99 ms at 1000/s", func(b queue.BenchResult) float64 { return b.LatencyP99Ms }, "%.2f", false)

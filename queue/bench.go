@@ -75,6 +75,14 @@ type BenchResult struct {
 	// where the system does not tell.
 	ProcessCPUUs float64 `json:"process_cpu_us_per_job"`
 	E2ECPUUs     float64 `json:"e2e_cpu_us_per_job"`
+	// ProcessFaults and E2EFaults are the page faults the process took
+	// per job in the same phases that read nothing from disk: mostly
+	// memory touched for the first time, as the heap and the server's
+	// block caches grow. Where a fault is dear, as on some virtual
+	// machines, they are a share of the CPU time. Zero where the system
+	// does not tell.
+	ProcessFaults float64 `json:"process_faults_per_job"`
+	E2EFaults     float64 `json:"e2e_faults_per_job"`
 	// Lost and Duplicates count jobs not handled, or handled more than
 	// once, over the process and end-to-end phases.
 	Lost       int `json:"lost"`
@@ -170,7 +178,7 @@ func (r *BenchReport) figures() []*float64 {
 	for _, m := range r.modes() {
 		fs = append(fs, &m.EnqueueSyncPerS, &m.EnqueueAsyncPerS, &m.ProcessPerS, &m.E2EPerS,
 			&m.LatencyP50Ms, &m.LatencyP99Ms, &m.LatencyMaxMs, &m.SaturatedP50Ms, &m.SaturatedP99Ms, &m.PeakRSSMB,
-			&m.ProcessCPUUs, &m.E2ECPUUs)
+			&m.ProcessCPUUs, &m.E2ECPUUs, &m.ProcessFaults, &m.E2EFaults)
 	}
 	return append(fs, &r.Ratio.LedgerProcess, &r.Ratio.LedgerE2E, &r.Ratio.NoLedgerProcess, &r.Ratio.NoLedgerE2E)
 }
@@ -395,7 +403,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 	defer stopWorkers()
 	err = waitHandled(ctx, obj, counts, func(n int) { progress("process", n) }, nil)
 	res.ProcessPerS = rate(cfg.Jobs, time.Since(start))
-	res.ProcessCPUUs = cpu.perJob(cfg.Jobs)
+	res.ProcessCPUUs, res.ProcessFaults = cpu.perJob(cfg.Jobs)
 	res.LongestPauseS = counts.watch.longest.Seconds()
 	lost, dup := counts.verify()
 	res.Lost, res.Duplicates = lost, dup
@@ -423,7 +431,7 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 		<-published // its error, or closed once waitHandled took it
 	}
 	res.E2EPerS = rate(cfg.Jobs, time.Since(start))
-	res.E2ECPUUs = cpu.perJob(cfg.Jobs)
+	res.E2ECPUUs, res.E2EFaults = cpu.perJob(cfg.Jobs)
 	res.LongestPauseS = max(res.LongestPauseS, counts.watch.longest.Seconds())
 	lost, dup = counts.verify()
 	res.Lost += lost
@@ -480,25 +488,26 @@ func benchMode(ctx context.Context, cfg BenchConfig, mode string) (res BenchResu
 
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
-// cpuMark is the process's CPU time at a phase's start.
+// cpuMark is the process's CPU time and page faults at a phase's start.
 type cpuMark struct {
-	at time.Duration
-	ok bool
+	at     time.Duration
+	faults int64
+	ok     bool
 }
 
 func startCPU() cpuMark {
-	at, ok := processCPU()
-	return cpuMark{at: at, ok: ok}
+	at, faults, ok := processUsage()
+	return cpuMark{at: at, faults: faults, ok: ok}
 }
 
-// perJob is the CPU time spent since m per job, in microseconds; 0 if the
-// system does not tell.
-func (m cpuMark) perJob(n int) float64 {
-	now, ok := processCPU()
+// perJob is the CPU time spent since m per job, in microseconds, and the
+// page faults taken since m per job; 0 if the system does not tell.
+func (m cpuMark) perJob(n int) (cpuUs, faults float64) {
+	now, f, ok := processUsage()
 	if !m.ok || !ok || n <= 0 {
-		return 0
+		return 0, 0
 	}
-	return float64(now-m.at) / float64(time.Microsecond) / float64(n)
+	return float64(now-m.at) / float64(time.Microsecond) / float64(n), float64(f-m.faults) / float64(n)
 }
 
 func publishAll(ctx context.Context, t benchTarget, n int, prefix string, payload func(int) []byte, progress func(int)) error {

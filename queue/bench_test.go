@@ -50,27 +50,30 @@ func benchClients(b *testing.B, cfg queue.Config) (producer, workers *queue.Obje
 }
 
 // cpuMeter reports the CPU time the whole process (clients, pool and the
-// embedded server) spent per job while the timer ran, and how many cores
-// that kept busy on average: on a shared machine the jobs per second move
-// with the neighbours' load, the CPU per job much less.
+// embedded server) spent per job while the timer ran, how many cores that
+// kept busy on average, and the page faults per job (see
+// queue.BenchResult.ProcessFaults): on a shared machine the jobs per second
+// move with the neighbours' load, the CPU per job much less.
 type cpuMeter struct {
-	start time.Duration
-	ok    bool
+	start  time.Duration
+	faults int64
+	ok     bool
 }
 
 func startCPU() cpuMeter {
-	t, ok := queue.ProcessCPU()
-	return cpuMeter{start: t, ok: ok}
+	t, faults, ok := queue.ProcessUsage()
+	return cpuMeter{start: t, faults: faults, ok: ok}
 }
 
 func (m cpuMeter) report(b *testing.B) {
-	end, ok := queue.ProcessCPU()
+	end, faults, ok := queue.ProcessUsage()
 	if !m.ok || !ok || b.Elapsed() <= 0 {
 		return
 	}
 	used := end - m.start
 	b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/job")
 	b.ReportMetric(used.Seconds()/b.Elapsed().Seconds(), "cores")
+	b.ReportMetric(float64(faults-m.faults)/float64(b.N), "faults/job")
 }
 
 // BenchmarkLedgerClaimDone is one job's ledger writes, one after another.
