@@ -75,12 +75,12 @@ type BenchResult struct {
 	// where the system does not tell.
 	ProcessCPUUs float64 `json:"process_cpu_us_per_job"`
 	E2ECPUUs     float64 `json:"e2e_cpu_us_per_job"`
-	// ProcessFaults and E2EFaults are the page faults the process took
-	// per job in the same phases that read nothing from disk: mostly
-	// memory touched for the first time, as the heap and the server's
-	// block caches grow. Where a fault is dear, as on some virtual
-	// machines, they are a share of the CPU time. Zero where the system
-	// does not tell.
+	// ProcessFaults and E2EFaults are the minor page faults (those that
+	// read nothing from disk) the process took per job in the same
+	// phases: mostly memory touched for the first time, as the heap and
+	// the server's block caches grow. Where a fault is dear, as on some
+	// virtual machines, they are a share of the CPU time. Zero where the
+	// system does not tell.
 	ProcessFaults float64 `json:"process_faults_per_job"`
 	E2EFaults     float64 `json:"e2e_faults_per_job"`
 	// Lost and Duplicates count jobs not handled, or handled more than
