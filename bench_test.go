@@ -35,8 +35,8 @@ func TestCLIBench(t *testing.T) {
 		RSS          float64 `json:"peak_rss_mb"`
 		ProcessCPU   float64 `json:"process_cpu_us_per_job"`
 		E2ECPU       float64 `json:"e2e_cpu_us_per_job"`
-		// Page faults may be none in a phase this small: their
-		// presence is checked.
+		// Page faults may be none in one phase this small, not in all
+		// six: each mode starts on a heap handed back to the system.
 		ProcessFaults *float64 `json:"process_faults_per_job"`
 		E2EFaults     *float64 `json:"e2e_faults_per_job"`
 		Lost          int      `json:"lost"`
@@ -55,14 +55,20 @@ func TestCLIBench(t *testing.T) {
 	if rep.Jobs != 400 {
 		t.Errorf("jobs: got %d, want 400", rep.Jobs)
 	}
+	faults := 0.0
 	for name, m := range map[string]mode{"baseline": rep.Baseline, "ledger": rep.Ledger, "no_ledger": rep.NoLedger} {
 		if m.EnqueueSync <= 0 || m.EnqueueAsync <= 0 || m.Process <= 0 || m.E2E <= 0 || m.P50 <= 0 || m.P99 < m.P50 || m.RSS <= 0 || m.ProcessCPU <= 0 || m.E2ECPU <= 0 ||
-			m.ProcessFaults == nil || *m.ProcessFaults < 0 || m.E2EFaults == nil || *m.E2EFaults < 0 {
+			m.ProcessFaults == nil || m.E2EFaults == nil {
 			t.Errorf("%s: got %+v, want every figure measured", name, m)
+		} else {
+			faults += *m.ProcessFaults + *m.E2EFaults
 		}
 		if m.Lost != 0 || m.Duplicates != 0 {
 			t.Errorf("%s: lost %d, duplicated %d; want none", name, m.Lost, m.Duplicates)
 		}
+	}
+	if faults <= 0 {
+		t.Errorf("page faults per job: none in any mode's phases, want them counted")
 	}
 	for key, want := range map[string]float64{
 		"ledger_process":    rep.Ledger.Process / rep.Baseline.Process,
