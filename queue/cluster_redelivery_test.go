@@ -14,7 +14,7 @@ import (
 	"github.com/jobq/jobq/server/servertest"
 )
 
-// A nats-server (v2.15.2) behaviour that jobq meets on a cluster: a
+// A nats-server (v2.15.2, v2.15.3) behaviour that jobq meets on a cluster: a
 // replicated WORKER's followers keep, as the time of a job's delivery, the
 // time the job was stored in JOB (consumer.go deliverMsg passes the
 // message's timestamp to updateDelivered), while the leader keeps the time
