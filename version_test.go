@@ -24,6 +24,11 @@ func TestVersionAndCompletion(t *testing.T) {
 		t.Fatalf("jobq version --json: got %s", r)
 	}
 	server, client := required(t, "github.com/nats-io/nats-server/v2"), required(t, "github.com/nats-io/nats.go")
+	// The product's contract names the release lines: a patch of either
+	// may come in, another line may not.
+	if !strings.HasPrefix(server, "v2.15.") || !strings.HasPrefix(client, "v1.55.") {
+		t.Errorf("go.mod pins nats-server %s and nats.go %s, want v2.15.x and v1.55.x", server, client)
+	}
 	if v["nats_server"] != server || v["nats_go"] != client || !strings.HasPrefix(v["go"], "go1.") || v["version"] == "" {
 		t.Errorf("jobq version --json: got %v, want nats-server %s, nats.go %s (go.mod's), a Go version and a version", v, server, client)
 	}
