@@ -2368,7 +2368,7 @@ func benchCommand() *cli.Command {
 		Usage: "measure jobq against a raw JetStream baseline on a fresh temporary store",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs per phase"},
-			&cli.IntFlag{Name: "runs", Value: 1, Usage: "run the whole bench this many times and report each figure's median"},
+			&cli.IntFlag{Name: "runs", Value: 3, Usage: "run the whole bench this many times and report each figure's median (1: one quick run)"},
 			&cli.IntFlag{Name: "payload", Value: 128, Usage: "payload size in bytes"},
 			&cli.IntFlag{Name: "workers", Value: 8, Usage: "jobq workers"},
 			&cli.IntFlag{Name: "prefetch", Value: queue.DefaultPrefetch, Usage: "jobq prefetch"},
